@@ -1,0 +1,49 @@
+# Slicewise: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SLICEWISE_HOME ?= $(CURDIR)/var
+
+.PHONY: demo stop test lint typecheck unit integration bench venv system-deps clean
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "error: cannot create a venv with $(PYTHON) (need Python 3.11)"; exit 1; }
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+demo: venv system-deps
+	$(BIN)/python -m slicewise.demo up
+
+stop:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m slicewise.demo down; else echo "nothing to stop"; fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/dags tests/unit
+
+integration: venv system-deps
+	$(BIN)/pytest tests/integration
+
+test: venv system-deps lint typecheck
+	$(BIN)/pytest tests
+
+bench: venv system-deps
+	$(BIN)/python benchmarks/ingest.py
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,1 @@
+"""Slicewise: a GPU fleet control plane on Apache Airflow."""

@@ -1,0 +1,8 @@
+"""The Assets that couple Slicewise's DAGs, declared once (see ARCHITECTURE.md, "The DAGs")."""
+
+from __future__ import annotations
+
+from airflow.sdk import Asset
+
+#: A validated hour of GPU and demand metrics; event extra: interval, rows, series, path.
+METRICS = Asset(name="slicewise_metrics", uri="slicewise://metrics", group="slicewise")

@@ -1,0 +1,38 @@
+"""The ``slicewise`` command line: ``slicewise validate PATH``, ``slicewise simulate ...``.
+
+Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from slicewise.simulator import cli as simulate_cli
+    from slicewise.validation import cli as validate_cli
+
+    parser = argparse.ArgumentParser(prog="slicewise", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate_cli.register(commands)
+    simulate_cli.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Read DCGM and kube-state-metrics series from Prometheus into the tidy frames of :mod:`slicewise.schema`."""

@@ -1,0 +1,70 @@
+"""Column contracts of the tidy frames that travel between ingest, validation, storage and the forecaster.
+
+A *GPU sample* row is one (timestamp, physical GPU or MIG instance) pair. A *demand* row is one (timestamp,
+pod container, extended resource) pair from kube-state-metrics. Both are plain pandas frames; these names and
+dtypes are the contract that the simulator, the Prometheus reader and the Great Expectations suite share.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+TIMESTAMP: Final = "timestamp"
+
+#: Identity of one GPU series: a physical GPU (`gpu_instance_id == ""`) or a MIG instance on it.
+GPU_KEY: Final = ("hostname", "gpu", "gpu_instance_id")
+
+#: Labels describing a GPU series (strings; "" when the exporter did not set the label).
+GPU_LABELS: Final = (
+    "hostname",
+    "gpu",
+    "uuid",
+    "model_name",
+    "mig_profile",
+    "gpu_instance_id",
+    "namespace",
+    "pod",
+    "container",
+)
+
+#: DCGM fields per series: frame column -> (DCGM metric name, attached per MIG instance or per physical GPU).
+#: Device-level fields (power, PCIe) have no MIG instance labels; their value is joined onto every row of the
+#: physical GPU so each row is complete.
+GPU_FIELDS: Final[dict[str, tuple[str, str]]] = {
+    "gpu_util": ("DCGM_FI_DEV_GPU_UTIL", "instance"),  # percent 0-100; not exported for MIG instances -> NaN
+    "engine_active": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "instance"),  # ratio 0-1
+    "dram_active": ("DCGM_FI_PROF_DRAM_ACTIVE", "instance"),  # ratio 0-1
+    "fb_used_mib": ("DCGM_FI_DEV_FB_USED", "instance"),  # MiB
+    "fb_free_mib": ("DCGM_FI_DEV_FB_FREE", "instance"),  # MiB
+    "power_w": ("DCGM_FI_DEV_POWER_USAGE", "device"),  # W, per physical GPU
+    "pcie_tx_bytes_per_s": ("DCGM_FI_PROF_PCIE_TX_BYTES", "device"),  # bytes/s, per physical GPU
+    "pcie_rx_bytes_per_s": ("DCGM_FI_PROF_PCIE_RX_BYTES", "device"),  # bytes/s, per physical GPU
+}
+
+GPU_COLUMNS: Final = (TIMESTAMP, *GPU_LABELS, *GPU_FIELDS)
+
+#: pandas dtypes of the GPU sample frame as stored in Parquet.
+GPU_DTYPES: Final[dict[str, str]] = {
+    TIMESTAMP: "datetime64[ns, UTC]",
+    **{label: "string" for label in GPU_LABELS if label != "gpu"},
+    "gpu": "int64",
+    **dict.fromkeys(GPU_FIELDS, "float64"),
+}
+
+#: kube-state-metrics demand frame.
+DEMAND_LABELS: Final = ("namespace", "pod", "container", "node", "resource")
+DEMAND_COLUMNS: Final = (TIMESTAMP, *DEMAND_LABELS, "requested", "unschedulable")
+DEMAND_DTYPES: Final[dict[str, str]] = {
+    TIMESTAMP: "datetime64[ns, UTC]",
+    **dict.fromkeys(DEMAND_LABELS, "string"),
+    "requested": "float64",  # units of the resource (whole GPUs, MIG slices or MPS replicas)
+    "unschedulable": "bool",  # kube_pod_status_unschedulable == 1 at that instant
+}
+
+#: kube-state-metrics series names used for demand.
+KSM_REQUESTS: Final = "kube_pod_container_resource_requests"
+KSM_UNSCHEDULABLE: Final = "kube_pod_status_unschedulable"
+KSM_NODE_CAPACITY: Final = "kube_node_status_capacity"
+KSM_NODE_ALLOCATABLE: Final = "kube_node_status_allocatable"
+#: GPU extended resources as kube-state-metrics sanitises them (`nvidia.com/mig-1g.10gb` -> `nvidia_com_mig_1g_10gb`).
+GPU_RESOURCE_REGEX: Final = "nvidia_com_(gpu|mig_.*)"

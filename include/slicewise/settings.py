@@ -1,0 +1,80 @@
+"""Typed settings: defaults from ``include/config/settings.yaml``, then env, Airflow Variable, Params."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(os.environ.get("SLICEWISE_CONFIG_DIR", Path(__file__).resolve().parents[1] / "config"))
+ENV_PREFIX = "SLICEWISE_"
+VARIABLE_NAME = "slicewise_settings"
+
+
+class SettingsError(ValueError):
+    """A setting has an unknown name or a value of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    storage_root: str
+    prometheus_conn_id: str
+    step_s: int
+    series_per_shard: int
+    max_points_per_query: int
+    query_timeout_s: float
+    query_retries: int
+    query_backoff_s: float
+    min_completeness: float
+    max_staleness_s: float
+    max_vanished_share: float
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
+        return dataclasses.replace(self, **_coerce_all(overrides))
+
+
+def slicewise_home() -> Path:
+    """Folder of the embedded stack's state; a git-ignored ``var/`` in the checkout by default."""
+    return Path(os.environ.get("SLICEWISE_HOME", Path(__file__).resolve().parents[2] / "var"))
+
+
+def load_settings(*overrides: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Defaults, then ``SLICEWISE_*`` env, then each mapping in ``overrides`` (later wins); None is skipped."""
+    raw = yaml.safe_load((CONFIG_DIR / "settings.yaml").read_text())
+    env = os.environ if environ is None else environ
+    from_env = {
+        f.name: env[ENV_PREFIX + f.name.upper()]
+        for f in fields(Settings)
+        if ENV_PREFIX + f.name.upper() in env
+    }
+    merged: dict[str, Any] = {**raw, **from_env}
+    for layer in overrides:
+        if layer:
+            merged.update(layer)
+    values = _coerce_all(merged)
+    if not values["storage_root"]:
+        values["storage_root"] = (slicewise_home() / "store").as_uri()
+    return Settings(**values)
+
+
+def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
+    known = {f.name: f for f in fields(Settings)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return {name: _coerce(name, str(known[name].type), value) for name, value in values.items()}
+
+
+def _coerce(name: str, type_name: str, value: Any) -> Any:
+    caster = {"str": str, "int": int, "float": float}[type_name]
+    try:
+        if caster is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError("not a whole number")
+        return caster(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"setting {name}={value!r} is not a valid {type_name}: {exc}") from exc

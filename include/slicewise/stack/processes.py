@@ -1,0 +1,156 @@
+"""Start and stop local service processes, remembering exactly which ones were started.
+
+Each started process is recorded in a pid file (pid + command line) so that ``stop`` ends exactly what was
+started, never a same-named process of someone else, and a second ``start`` reuses a live one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    pid: int
+    port: int
+    url: str
+    log: Path
+
+    def alive(self) -> bool:
+        return _alive(self.pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child not yet reaped) is not alive for our purposes.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return True
+    return state != "Z"
+
+
+def start(
+    name: str,
+    argv: Sequence[str],
+    *,
+    port: int,
+    url: str,
+    run_dir: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Service:
+    """Start ``argv`` in its own process group, logging to ``run_dir/<name>.log``; record it in a pid file."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / f"{name}.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
+    service = Service(name, process.pid, port, url, log)
+    (run_dir / f"{name}.pid").write_text(
+        json.dumps({"pid": process.pid, "port": port, "url": url, "argv": list(argv)})
+    )
+    return service
+
+
+def recorded(name: str, run_dir: Path) -> Service | None:
+    """The live service recorded under ``name``, or None (a stale pid file is removed)."""
+    pid_file = run_dir / f"{name}.pid"
+    if not pid_file.exists():
+        return None
+    data = json.loads(pid_file.read_text())
+    service = Service(name, int(data["pid"]), int(data["port"]), str(data["url"]), run_dir / f"{name}.log")
+    if service.alive() and _same_command(service.pid, data["argv"]):
+        return service
+    pid_file.unlink(missing_ok=True)
+    return None
+
+
+def _same_command(pid: int, argv: Sequence[str]) -> bool:
+    """True when ``pid`` still runs exactly ``argv`` (a recycled pid runs something else)."""
+    try:
+        parts = [os.fsdecode(p) for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
+    except OSError:
+        return False
+    return parts == list(argv)
+
+
+def stop(service: Service, run_dir: Path | None = None, timeout_s: float = 15.0) -> None:
+    """SIGTERM the service's process group, SIGKILL it after ``timeout_s``; remove its pid file."""
+    if service.alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while service.alive() and time.monotonic() < deadline:
+            _reap(service.pid)
+            time.sleep(0.1)
+        if service.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(service.pid, signal.SIGKILL)
+        _reap(service.pid)
+    if run_dir is not None:
+        (run_dir / f"{service.name}.pid").unlink(missing_ok=True)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_http(url: str, service: Service | None = None, timeout_s: float = 60.0) -> None:
+    """Wait until ``url`` answers 200; fail early with the log tail if the process died."""
+    deadline = time.monotonic() + timeout_s
+    last_error = ""
+    while time.monotonic() < deadline:
+        if service is not None and not service.alive():
+            raise RuntimeError(f"{service.name} exited during start-up; last log lines:\n{tail(service.log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError as exc:
+            last_error = str(exc)
+        time.sleep(0.3)
+    log_tail = tail(service.log) if service is not None else ""
+    raise TimeoutError(
+        f"{url} not ready after {timeout_s:.0f}s ({last_error}){log_tail and chr(10) + log_tail}"
+    )
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,129 @@
+"""Partitioned Parquet under one storage root, written atomically.
+
+Layout under the root (any fsspec URL, through Airflow's ``ObjectStoragePath``)::
+
+    metrics/date=YYYY-MM-DD/hour=HH/{gpu.parquet,demand.parquet,_MANIFEST.json}
+    quarantine/date=YYYY-MM-DD/hour=HH/{gpu.parquet,demand.parquet,validation.json,report.txt,data_docs/}
+    _staging/<token>/...                          (never read by anyone but the writer)
+
+A partition is *published* when its ``_MANIFEST.json`` exists; readers ignore a folder without one. Publishing
+removes the old manifest, moves the new files in (a rename on a local disk; a single-object copy on an object
+store, which readers never see half-written), then writes the manifest last. A crash at any point leaves either
+the previous published partition, or a folder without a manifest that nobody reads and the next run replaces.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from airflow.sdk import ObjectStoragePath
+
+MANIFEST = "_MANIFEST.json"
+PARQUET_META_PREFIX = "slicewise."
+
+
+def storage_path(url: str) -> ObjectStoragePath:
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(url)
+
+
+def partition_suffix(interval_start: datetime) -> str:
+    return f"date={interval_start:%Y-%m-%d}/hour={interval_start:%H}"
+
+
+@dataclass(frozen=True)
+class PartitionPaths:
+    root: ObjectStoragePath
+    interval_start: datetime
+
+    @property
+    def published(self) -> ObjectStoragePath:
+        return self.root / "metrics" / partition_suffix(self.interval_start)
+
+    @property
+    def quarantine(self) -> ObjectStoragePath:
+        return self.root / "quarantine" / partition_suffix(self.interval_start)
+
+    def new_staging(self) -> ObjectStoragePath:
+        return self.root / "_staging" / f"{self.interval_start:%Y%m%dT%H}-{uuid.uuid4().hex[:12]}"
+
+
+def write_frame(frame: pd.DataFrame, path: ObjectStoragePath, metadata: Mapping[str, str]) -> None:
+    """Write ``frame`` as Parquet with ``metadata`` in the file's key-value metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    existing = table.schema.metadata or {}
+    extra = {f"{PARQUET_META_PREFIX}{k}".encode(): str(v).encode() for k, v in metadata.items()}
+    table = table.replace_schema_metadata({**existing, **extra})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buffer.getvalue())
+
+
+def read_frame(path: ObjectStoragePath | str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Read a Parquet file written by :func:`write_frame`; returns the frame and Slicewise's metadata."""
+    import pyarrow.parquet as pq
+
+    source = storage_path(path) if isinstance(path, str) else path
+    with source.open("rb") as handle:
+        table = pq.read_table(handle)
+    meta = {
+        k.decode()[len(PARQUET_META_PREFIX) :]: v.decode()
+        for k, v in (table.schema.metadata or {}).items()
+        if k.decode().startswith(PARQUET_META_PREFIX)
+    }
+    return table.to_pandas(), meta
+
+
+def read_manifest(folder: ObjectStoragePath) -> dict[str, Any] | None:
+    manifest = folder / MANIFEST
+    if not manifest.exists():
+        return None
+    data: dict[str, Any] = json.loads(manifest.read_text())
+    return data
+
+
+def publish(staging: ObjectStoragePath, target: ObjectStoragePath, manifest: Mapping[str, Any]) -> None:
+    """Move every file of ``staging`` into ``target`` and mark it published (see the module docstring)."""
+    target.mkdir(parents=True, exist_ok=True)
+    old_manifest = target / MANIFEST
+    if old_manifest.exists():
+        old_manifest.unlink()
+    incoming = {item.name: item for item in staging.iterdir()}
+    for leftover in target.iterdir():
+        if leftover.name not in incoming:  # from an earlier version of this partition
+            _remove(leftover)
+    for name, item in incoming.items():
+        destination = target / name
+        if destination.exists():
+            _remove(destination)
+        item.rename(destination)
+    (target / MANIFEST).write_text(json.dumps(dict(manifest), indent=2, sort_keys=True, default=str))
+    _remove(staging)
+
+
+def move_folder(source: ObjectStoragePath, target: ObjectStoragePath) -> None:
+    """Replace ``target`` with the contents of ``source`` (used for quarantine, which has no readers)."""
+    if target.exists():
+        _remove(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source.rename(target)
+
+
+def _remove(path: ObjectStoragePath) -> None:
+    if path.is_dir():
+        path.fs.rm(path.path, recursive=True)
+    elif path.exists():
+        path.unlink()
