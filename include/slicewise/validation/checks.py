@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 #: Columns added to the GPU sample frame for the samples suite.
 CAPACITY = "fb_capacity_mib"
-ROW_LABEL = "row"
 #: Columns of the per-series frame (one row per GPU series now or in the previous hour).
 SERIES = "series"
 SAMPLES = "samples"
@@ -77,15 +76,18 @@ def series_label(frame: pd.DataFrame) -> pd.Series:
     return base.where(instance == "", base + " mig " + instance)
 
 
-def with_sample_columns(frame: pd.DataFrame, memory: DeviceMemory, *, columns: set[str]) -> pd.DataFrame:
-    """A copy of the GPU frame with a 0..n-1 index (GX reports unexpected rows by index), the device capacity
-    when the memory columns are usable, and a readable row label for failure examples."""
+def with_capacity(frame: pd.DataFrame, memory: DeviceMemory) -> pd.DataFrame:
+    """A copy of the GPU frame with a 0..n-1 index (GX reports unexpected rows by index) and the capacity of
+    the device each row measures, for the "used <= capacity" expectation."""
     out = frame.reset_index(drop=True)
-    if {"model_name", "mig_profile", "fb_used_mib", "fb_free_mib"} <= columns:
-        out[CAPACITY] = capacity_mib(out, memory)
-    if {"hostname", "gpu", "gpu_instance_id"} <= columns:
-        out[ROW_LABEL] = series_label(out)
+    out[CAPACITY] = capacity_mib(out, memory)
     return out
+
+
+def sample_labels(frame: pd.DataFrame) -> list[str]:
+    """``node-a gpu 2 at 10:05:00`` per row: what a failure line names as an example."""
+    when = frame[schema.TIMESTAMP].dt.strftime("%H:%M:%S").astype("string").fillna("?")
+    return (series_label(frame) + " at " + when).tolist()
 
 
 def series_frame(
@@ -97,46 +99,55 @@ def series_frame(
     previous_keys: pd.DataFrame | None,
 ) -> pd.DataFrame:
     """One row per GPU series present now or in the previous hour, with its sample count, completeness
-    (distinct timestamps inside the interval / expected samples), staleness (seconds from its newest sample to
-    the interval's end) and whether it is present now / was present in the previous hour.
+    (distinct timestamps inside the interval / expected samples), staleness (seconds from its newest sample
+    inside the interval to the interval's end) and whether it is present now / was present an hour before.
 
-    Completeness and staleness are NaN for a series that vanished: GX skips missing values, so a vanished GPU
-    is reported once, by the vanished check, not three times.
+    Rows whose series cannot be identified (no hostname, no gpu number) are left out: the label checks report
+    them, and counting them here would invent a one-sample series that also fails completeness. Completeness
+    and staleness are NaN for a series that vanished: GX skips missing values, so a vanished GPU is reported
+    once, by the vanished check.
     """
     import pandas as pd
 
     key = list(schema.GPU_KEY)
     start, end = pd.Timestamp(interval_start), pd.Timestamp(interval_end)
-    expected = max((end - start).total_seconds() / step_s, 1.0)
-    stamps = frame[schema.TIMESTAMP]
-    inside = frame.loc[(stamps >= start) & (stamps < end)]
-    current = _normalised_keys(frame)
-    grouped = inside.groupby(_normalised_keys(inside).columns.tolist(), dropna=False)
-    per_series = current.drop_duplicates().merge(
-        pd.DataFrame(
-            {
-                SAMPLES: _normalised_keys(inside).groupby(key, dropna=False).size(),
-            }
-        ).reset_index(),
-        on=key,
-        how="left",
-    )
-    del grouped
-    newest = frame.assign(**_normalised_keys(frame)).groupby(key, dropna=False)[schema.TIMESTAMP].max()
-    distinct = (
-        inside.assign(**_normalised_keys(inside)).groupby(key, dropna=False)[schema.TIMESTAMP].nunique()
-    )
-    per_series = current.drop_duplicates().reset_index(drop=True)
-    per_series[SAMPLES] = _lookup(per_series, distinct).fillna(0).astype("int64")
+    expected = max((end - start) / pd.Timedelta(seconds=step_s), 1.0)
+    keyed = normalised_keys(frame)
+    keyed[schema.TIMESTAMP] = frame[schema.TIMESTAMP]
+    keyed = keyed.loc[(keyed["hostname"] != "") & (keyed["gpu"] >= 0)]
+    stamps = keyed[schema.TIMESTAMP]
+    inside = keyed.loc[(stamps >= start) & (stamps < end)].groupby(key, dropna=False)[schema.TIMESTAMP]
+    per_series = keyed[key].drop_duplicates().set_index(key)
+    # Distinct timestamps, so duplicated rows (reported by their own check) cannot make up for gaps.
+    per_series[SAMPLES] = inside.nunique()
+    per_series["newest"] = inside.max()
+    per_series = per_series.reset_index()
+    per_series[SAMPLES] = per_series[SAMPLES].fillna(0).astype("int64")
     per_series[COMPLETENESS] = per_series[SAMPLES] / expected
-    per_series[STALENESS_S] = (end - _lookup(per_series, newest)).dt.total_seconds()
+    # to_datetime: on an empty frame the column comes back as object dtype.
+    per_series[STALENESS_S] = (end - pd.to_datetime(per_series.pop("newest"), utc=True)).dt.total_seconds()
     per_series[PRESENT] = True
+    per_series[IN_PREVIOUS] = False
     if previous_keys is not None:
-        previous = _normalised_keys(previous_keys).drop_duplicates()
-        per_series = per_series.merge(previous.assign(**{IN_PREVIOUS: True}), on=key, how="outer")
-        per_series[PRESENT] = per_series[PRESENT].fillna(False).astype(bool)
-        per_series[IN_PREVIOUS] = per_series[IN_PREVIOUS].fillna(False).astype(bool)
-    else:
-        per_series[IN_PREVIOUS] = False
+        previous = normalised_keys(previous_keys).drop_duplicates()
+        previous[IN_PREVIOUS] = True
+        per_series = per_series.drop(columns=[IN_PREVIOUS]).merge(previous, on=key, how="outer")
+        per_series[PRESENT] = per_series[PRESENT].astype("boolean").fillna(False).astype(bool)
+        per_series[IN_PREVIOUS] = per_series[IN_PREVIOUS].astype("boolean").fillna(False).astype(bool)
     per_series[SERIES] = series_label(per_series)
     return per_series.sort_values(key, ignore_index=True)
+
+
+def normalised_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """The series key columns with one dtype each (string, int64, string), so the current and the previous
+    partition join even if one of them was written with a different dtype; a missing label becomes ""."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "hostname": frame["hostname"].astype("string").fillna(""),
+            "gpu": pd.to_numeric(frame["gpu"], errors="coerce").fillna(-1).astype("int64"),
+            "gpu_instance_id": frame["gpu_instance_id"].astype("string").fillna(""),
+        },
+        index=frame.index,
+    )
