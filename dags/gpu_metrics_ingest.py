@@ -24,12 +24,15 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+
 from slicewise.assets import METRICS
 
 
 @dag(
-    schedule="@hourly",
+    # A data-interval timetable: each run owns [start, end) of the hour before it (a plain "@hourly" cron in
+    # Airflow 3 gives runs an empty interval).
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,  # history comes through explicit backfills, not a surprise catch-up of months of hours
     max_active_runs=4,
@@ -82,6 +85,7 @@ def gpu_metrics_ingest() -> None:
         params: Any = None,
     ) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
+
         from slicewise import ingest
         from slicewise.connections import task_settings
 

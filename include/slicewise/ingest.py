@@ -49,7 +49,8 @@ class Staged:
 def _utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"interval bound {moment} has no timezone")
-    return moment.astimezone(UTC)
+    # A plain datetime: pendulum's (what Airflow hands tasks) mixes badly with stdlib timezone arithmetic.
+    return datetime.fromtimestamp(moment.timestamp(), tz=UTC)
 
 
 def _meta(kind: str, start: datetime, end: datetime, settings: Settings) -> dict[str, str]:

@@ -15,13 +15,21 @@ T0 = 1_764_410_400  # 2025-11-29T10:00:00Z
 
 
 def series(labels: dict[str, str], values: list[float], start: int = T0, step: int = 60) -> dict[str, Any]:
-    return {"metric": labels, "values": [[start + i * step, repr(v) if not math.isnan(v) else "NaN"]
-                                         for i, v in enumerate(values)]}
+    return {
+        "metric": labels,
+        "values": [[start + i * step, repr(v) if not math.isnan(v) else "NaN"] for i, v in enumerate(values)],
+    }
 
 
 def gpu(host: str, index: int, **extra: str) -> dict[str, str]:
-    return {"gpu": str(index), "UUID": f"GPU-{host}-{index}", "device": f"nvidia{index}",
-            "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host, **extra}
+    return {
+        "gpu": str(index),
+        "UUID": f"GPU-{host}-{index}",
+        "device": f"nvidia{index}",
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "Hostname": host,
+        **extra,
+    }
 
 
 MIG = {"GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "2"}
@@ -38,9 +46,18 @@ def full_results() -> dict[str, list[dict[str, Any]]]:
         "fb_used_mib": [series(whole, [1000.0, 1100.0]), series(instance, [500.0, 500.0])],
         "fb_free_mib": [series(whole, [80000.0, 79900.0]), series(instance, [39000.0, 39000.0])],
         # device-level: no MIG labels, and on a MIG GPU no pod either
-        "power_w": [series(gpu("node-a", 0, **POD), [300.0, 310.0]), series(gpu("node-a", 1), [200.0, 210.0])],
-        "pcie_tx_bytes_per_s": [series(gpu("node-a", 0, **POD), [1e6, 2e6]), series(gpu("node-a", 1), [3e6, 4e6])],
-        "pcie_rx_bytes_per_s": [series(gpu("node-a", 0, **POD), [5e6, 6e6]), series(gpu("node-a", 1), [7e6, 8e6])],
+        "power_w": [
+            series(gpu("node-a", 0, **POD), [300.0, 310.0]),
+            series(gpu("node-a", 1), [200.0, 210.0]),
+        ],
+        "pcie_tx_bytes_per_s": [
+            series(gpu("node-a", 0, **POD), [1e6, 2e6]),
+            series(gpu("node-a", 1), [3e6, 4e6]),
+        ],
+        "pcie_rx_bytes_per_s": [
+            series(gpu("node-a", 0, **POD), [5e6, 6e6]),
+            series(gpu("node-a", 1), [7e6, 8e6]),
+        ],
     }
     return results
 
@@ -48,8 +65,9 @@ def full_results() -> dict[str, list[dict[str, Any]]]:
 def test_gpu_frame_has_the_schema_columns_and_dtypes() -> None:
     frame = frames.gpu_frame(full_results())
     assert list(frame.columns) == list(schema.GPU_COLUMNS)
-    assert {c: str(t) for c, t in frame.dtypes.items()} == {c: str(pd.Series(dtype=t).dtype)
-                                                             for c, t in schema.GPU_DTYPES.items()}
+    assert {c: str(t) for c, t in frame.dtypes.items()} == {
+        c: str(pd.Series(dtype=t).dtype) for c, t in schema.GPU_DTYPES.items()
+    }
     assert len(frame) == 4  # 2 series x 2 timestamps
 
 
@@ -74,8 +92,16 @@ def test_timestamps_are_utc_and_exact() -> None:
     ("labels", "expected"),
     [
         ({"hostname": "n1", "pod": "p", "namespace": "ns"}, ("n1", "p", "ns")),
-        ({"Hostname": "n1", "pod": "dcgm-exporter-x", "exported_pod": "p", "namespace": "gpu-operator",
-          "exported_namespace": "ns"}, ("n1", "p", "ns")),
+        (
+            {
+                "Hostname": "n1",
+                "pod": "dcgm-exporter-x",
+                "exported_pod": "p",
+                "namespace": "gpu-operator",
+                "exported_namespace": "ns",
+            },
+            ("n1", "p", "ns"),
+        ),
     ],
 )
 def test_both_label_dialects_are_normalised(labels: dict[str, str], expected: tuple[str, str, str]) -> None:
@@ -113,10 +139,21 @@ def test_empty_results_give_an_empty_frame_with_the_schema() -> None:
 
 
 def test_demand_frame_flags_unschedulable_pods() -> None:
-    running = {"namespace": "team-a", "pod": "train-1", "container": "main", "node": "node-a",
-               "resource": "nvidia_com_gpu", "unit": "integer"}
-    pending = {"namespace": "team-a", "pod": "train-2", "container": "main", "resource": "nvidia_com_mig_1g_10gb",
-               "unit": "integer"}
+    running = {
+        "namespace": "team-a",
+        "pod": "train-1",
+        "container": "main",
+        "node": "node-a",
+        "resource": "nvidia_com_gpu",
+        "unit": "integer",
+    }
+    pending = {
+        "namespace": "team-a",
+        "pod": "train-2",
+        "container": "main",
+        "resource": "nvidia_com_mig_1g_10gb",
+        "unit": "integer",
+    }
     frame = frames.demand_frame(
         [series(running, [1.0, 1.0]), series(pending, [2.0, 2.0])],
         [series({"namespace": "team-a", "pod": "train-2", "uid": "u"}, [1.0], start=T0 + 60)],

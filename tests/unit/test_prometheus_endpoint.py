@@ -15,7 +15,12 @@ def test_plain_http_connection() -> None:
 
 def test_host_with_scheme_path_prefix_bearer_token_and_no_tls_verify() -> None:
     endpoint = endpoint_from_connection(
-        "http", "https://prom.example.com", None, "/monitoring/", None, None,
+        "http",
+        "https://prom.example.com",
+        None,
+        "/monitoring/",
+        None,
+        None,
         {"bearer_token": "s3cr3t", "verify": "false", "headers": {"X-Scope-OrgID": "gpu"}},
     )
     assert endpoint.url == "https://prom.example.com/monitoring"

@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from slicewise.metrics.prometheus import PermanentQueryError, PrometheusEndpoint, PrometheusError, PrometheusReader
+from slicewise.metrics.prometheus import (
+    PermanentQueryError,
+    PrometheusEndpoint,
+    PrometheusError,
+    PrometheusReader,
+)
 from slicewise.settings import load_settings
 
 START = datetime(2026, 11, 29, 10, tzinfo=UTC)
@@ -61,16 +66,18 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Script]]:
 
 
 def reader(url: str, **overrides: Any) -> PrometheusReader:
-    settings = load_settings({"query_retries": 2, "query_backoff_s": 0.01, "query_timeout_s": 1, **overrides},
-                             environ={})
+    settings = load_settings(
+        {"query_retries": 2, "query_backoff_s": 0.01, "query_timeout_s": 1, **overrides}, environ={}
+    )
     return PrometheusReader(PrometheusEndpoint(url), settings)
 
 
 EMPTY_MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
 
 
-@pytest.mark.parametrize("server", [Script([(503, {"error": "busy"}), (503, {}), (200, EMPTY_MATRIX)])],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "server", [Script([(503, {"error": "busy"}), (503, {}), (200, EMPTY_MATRIX)])], indirect=True
+)
 def test_transient_errors_are_retried_until_success(server: tuple[str, Script]) -> None:
     url, script = server
     frame = reader(url).demand(START, START + timedelta(hours=1))

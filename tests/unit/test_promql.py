@@ -52,8 +52,11 @@ def test_one_hour_at_60s_is_a_single_chunk_ending_one_step_before_the_interval_e
 def test_chunks_cover_every_step_exactly_once_under_the_point_limit() -> None:
     end = START + timedelta(days=10)
     chunks = promql.time_chunks(START, end, 60, 11_000)
-    steps = [c.start + timedelta(minutes=k) for c in chunks
-             for k in range(int((c.end - c.start).total_seconds() // 60) + 1)]
+    steps = [
+        c.start + timedelta(minutes=k)
+        for c in chunks
+        for k in range(int((c.end - c.start).total_seconds() // 60) + 1)
+    ]
     assert len(steps) == len(set(steps)) == 10 * 24 * 60
     assert all((c.end - c.start).total_seconds() / 60 + 1 <= 11_000 for c in chunks)
     assert steps[0] == START and steps[-1] == end - timedelta(minutes=1)

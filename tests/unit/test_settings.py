@@ -27,7 +27,7 @@ def test_environment_overrides_defaults_and_later_layers_override_the_environmen
 
 
 def test_unknown_setting_is_named_in_the_error() -> None:
-    with pytest.raises(SettingsError, match="unknown setting.*stepp_s"):
+    with pytest.raises(SettingsError, match=r"unknown setting.*stepp_s"):
         load_settings({"stepp_s": 10}, environ={})
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from slicewise import schema, store
 from slicewise.settings import Settings, load_settings
 from slicewise.validation import (

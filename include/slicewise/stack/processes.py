@@ -80,7 +80,15 @@ def start(
         )
     service = Service(name, process.pid, port, url, log)
     (run_dir / f"{name}.pid").write_text(
-        json.dumps({"pid": process.pid, "port": port, "url": url, "argv": list(argv)})
+        json.dumps(
+            {
+                "pid": process.pid,
+                "port": port,
+                "url": url,
+                "argv": list(argv),
+                "start_ticks": _start_ticks(process.pid),
+            }
+        )
     )
     return service
 
@@ -92,19 +100,20 @@ def recorded(name: str, run_dir: Path) -> Service | None:
         return None
     data = json.loads(pid_file.read_text())
     service = Service(name, int(data["pid"]), int(data["port"]), str(data["url"]), run_dir / f"{name}.log")
-    if service.alive() and _same_command(service.pid, data["argv"]):
+    if service.alive() and _start_ticks(service.pid) == data.get("start_ticks"):
         return service
     pid_file.unlink(missing_ok=True)
     return None
 
 
-def _same_command(pid: int, argv: Sequence[str]) -> bool:
-    """True when ``pid`` still runs exactly ``argv`` (a recycled pid runs something else)."""
+def _start_ticks(pid: int) -> int | None:
+    """The process' start time in clock ticks since boot: with the pid, it names one process for good
+    (a recycled pid has another start time; a process renaming itself with setproctitle keeps it)."""
     try:
-        parts = [os.fsdecode(p) for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
-    except OSError:
-        return False
-    return parts == list(argv)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
 
 
 def stop(service: Service, run_dir: Path | None = None, timeout_s: float = 15.0) -> None:

@@ -14,6 +14,10 @@ from slicewise.stack import processes
 #: keep it comfortably longer so a week of history is never dropped.
 RETENTION = "400d"
 
+#: The target labels of the simulated fleet's scrape. Backfilled history carries the same ones, so history and
+#: live scrapes are one series per GPU rather than two (the exporter's port changes between starts).
+FLEET_TARGET_LABELS = {"job": "slicewise-simulated-fleet", "instance": "simulated-fleet"}
+
 
 def write_config(path: Path, scrape_targets: Sequence[str], scrape_interval_s: int = 15) -> None:
     config = {
@@ -23,11 +27,14 @@ def write_config(path: Path, scrape_targets: Sequence[str], scrape_interval_s: i
         },
         "scrape_configs": [
             {
-                "job_name": "slicewise-simulated-fleet",
+                "job_name": FLEET_TARGET_LABELS["job"],
                 # The simulator plays both dcgm-exporter and kube-state-metrics; keep its pod/namespace labels
                 # as a kube-state-metrics scrape does.
                 "honor_labels": True,
                 "static_configs": [{"targets": list(scrape_targets)}],
+                "relabel_configs": [
+                    {"target_label": "instance", "replacement": FLEET_TARGET_LABELS["instance"]}
+                ],
             }
         ]
         if scrape_targets

@@ -1,0 +1,270 @@
+"""The simulated fleet: nodes, GPUs, their sharing (MIG layout, MPS replicas or whole GPUs) and slots.
+
+A *slot* is where one pod runs: a MIG instance, a whole GPU, or one MPS tenant of a GPU. A *series* is what
+dcgm-exporter reports: a MIG instance or a physical GPU (an MPS GPU is one series holding several slots).
+``Fleet.layout`` (see :mod:`slicewise.simulator.layout`) flattens the fleet into numpy arrays so the load model
+works on all slots at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slicewise.settings import CONFIG_DIR
+from slicewise.simulator.layout import Layout, build_layout, resource_name
+from slicewise.simulator.load import CycleParams, DeviceParams, LoadClass
+
+SIMULATOR_CONFIG = CONFIG_DIR / "simulator.yaml"
+GPU_MODELS_CONFIG = CONFIG_DIR / "gpu_models.yaml"
+GPUS_PER_SYNTHETIC_NODE = 8
+
+
+class FleetConfigError(ValueError):
+    """The simulator configuration names an unknown model, profile, workload or an impossible layout."""
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str
+    g: int
+    mem_slices: int
+    memory_mib: int
+    max: int
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    dcgm_model_name: str
+    memory_mib: int
+    tdp_w: float
+    compute_slices: int
+    memory_slices: int
+    profiles: Mapping[str, MigProfile]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    namespace: str
+    workload_class: str
+    container: str
+
+
+@dataclass(frozen=True)
+class Node:
+    """One Kubernetes GPU node. ``mig_devices`` is the per-GPU instance list; ``mps_replicas`` 0 = no MPS."""
+
+    name: str
+    model: str
+    gpus: int
+    mig_config: str
+    device_plugin_config: str
+    workloads: tuple[str, ...]
+    mig_devices: tuple[tuple[str, int], ...] = ()
+    mps_replicas: int = 0
+
+    @property
+    def sharing(self) -> str:
+        """``mig``, ``mps`` or ``none``."""
+        return "mig" if self.mig_devices else "mps" if self.mps_replicas else "none"
+
+
+@dataclass(frozen=True, eq=False)
+class Fleet:
+    """A deterministic simulated fleet. Build it with :meth:`default`, :meth:`from_config` or :meth:`synthetic`."""
+
+    seed: int
+    nodes: tuple[Node, ...]
+    workloads: Mapping[str, Workload]
+    classes: Mapping[str, LoadClass]
+    models: Mapping[str, GpuModel]
+    cycle: CycleParams
+    device: DeviceParams
+    pending_window_s: int
+    sample_period_s: int
+    config: Mapping[str, Any] = field(repr=False)
+
+    # -- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def default(cls) -> Fleet:
+        """The demo fleet of ``include/config/simulator.yaml``."""
+        return cls.from_config(load_config())
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], models: Mapping[str, GpuModel] | None = None) -> Fleet:
+        """A fleet from a parsed ``simulator.yaml``-shaped mapping; raises FleetConfigError on bad input."""
+        models = dict(models) if models is not None else load_gpu_models()
+        classes = {name: LoadClass.from_mapping(name, raw) for name, raw in config["classes"].items()}
+        workloads = {
+            name: Workload(name, raw["namespace"], raw["class"], raw["container"])
+            for name, raw in config["workloads"].items()
+        }
+        nodes = tuple(_parse_node(raw) for raw in config["nodes"])
+        fleet = cls(
+            seed=int(config["seed"]),
+            nodes=nodes,
+            workloads=workloads,
+            classes=classes,
+            models=models,
+            cycle=CycleParams.from_mapping(config["cycle"]),
+            device=DeviceParams.from_mapping(config["device"]),
+            pending_window_s=int(config["pending"]["window_s"]),
+            sample_period_s=int(config["sample_period_s"]),
+            config=config,
+        )
+        fleet.validate()
+        return fleet
+
+    @classmethod
+    def synthetic(cls, n_gpus: int, seed: int, config: Mapping[str, Any] | None = None) -> Fleet:
+        """A fleet of ``n_gpus`` GPUs, 8 per node, cycling through the config's ``synthetic_templates``."""
+        if n_gpus < 1:
+            raise FleetConfigError(f"n_gpus must be at least 1, got {n_gpus}")
+        base = dict(config if config is not None else load_config())
+        templates = base["synthetic_templates"]
+        nodes = []
+        for i in range(math.ceil(n_gpus / GPUS_PER_SYNTHETIC_NODE)):
+            template = dict(templates[i % len(templates)])
+            model = str(template["model"]).lower().replace("-", "")
+            template["name"] = f"syn-{model}-{i:05d}"
+            template["gpus"] = min(GPUS_PER_SYNTHETIC_NODE, n_gpus - i * GPUS_PER_SYNTHETIC_NODE)
+            nodes.append(template)
+        return cls.from_config({**base, "seed": seed, "nodes": nodes})
+
+    def validate(self) -> None:
+        """Raise FleetConfigError unless every node's model, MIG layout and workloads exist and fit."""
+        names = [node.name for node in self.nodes]
+        if not names:
+            raise FleetConfigError("a fleet needs at least one node")
+        if len(set(names)) != len(names):
+            raise FleetConfigError("node names must be unique")
+        for wl in self.workloads.values():
+            if wl.workload_class not in self.classes:
+                raise FleetConfigError(f"workload {wl.name}: unknown class {wl.workload_class!r}")
+        for node in self.nodes:
+            _validate_node(node, self.models, self.workloads)
+
+    # -- derived ------------------------------------------------------------------------------------------
+    @property
+    def workload_names(self) -> tuple[str, ...]:
+        return tuple(self.workloads)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(self.classes)
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(node.gpus for node in self.nodes)
+
+    def node_capacity(self) -> dict[tuple[str, str], int]:
+        """``{(node, resource): count}`` advertised by the device plugin (capacity == allocatable here)."""
+        out: dict[tuple[str, str], int] = {}
+        for node in self.nodes:
+            if node.mig_devices:
+                for profile, count in node.mig_devices:
+                    key = (node.name, resource_name(profile))
+                    out[key] = out.get(key, 0) + count * node.gpus
+            else:
+                out[(node.name, "nvidia_com_gpu")] = node.gpus * max(1, node.mps_replicas)
+        return out
+
+    @cached_property
+    def layout(self) -> Layout:
+        return build_layout(self)
+
+
+def load_config(path: Path | None = None) -> dict[str, Any]:
+    """The parsed simulator configuration (``include/config/simulator.yaml`` by default)."""
+    data = yaml.safe_load((path or SIMULATOR_CONFIG).read_text())
+    if not isinstance(data, dict):
+        raise FleetConfigError(f"{path or SIMULATOR_CONFIG}: expected a mapping")
+    return data
+
+
+def load_gpu_models(path: Path | None = None) -> dict[str, GpuModel]:
+    """GPU models and MIG profiles of ``include/config/gpu_models.yaml``."""
+    raw = yaml.safe_load((path or GPU_MODELS_CONFIG).read_text())["models"]
+    return {
+        name: GpuModel(
+            name=name,
+            dcgm_model_name=str(m["dcgm_model_name"]),
+            memory_mib=int(m["memory_mib"]),
+            tdp_w=float(m["tdp_w"]),
+            compute_slices=int(m["compute_slices"]),
+            memory_slices=int(m["memory_slices"]),
+            profiles={
+                p: MigProfile(p, int(v["g"]), int(v["mem_slices"]), int(v["memory_mib"]), int(v["max"]))
+                for p, v in m["profiles"].items()
+            },
+        )
+        for name, m in raw.items()
+    }
+
+
+def _parse_node(raw: Mapping[str, Any]) -> Node:
+    mig = raw.get("mig_devices") or {}
+    return Node(
+        name=str(raw["name"]),
+        model=str(raw["model"]),
+        gpus=int(raw["gpus"]),
+        mig_config=str(raw.get("mig_config", "all-disabled")),
+        device_plugin_config=str(raw.get("device_plugin_config", "default")),
+        workloads=tuple(raw["workloads"]),
+        mig_devices=tuple((str(p), int(c)) for p, c in mig.items()),
+        mps_replicas=int(raw.get("mps_replicas", 0) or 0),
+    )
+
+
+def _validate_node(node: Node, models: Mapping[str, GpuModel], workloads: Mapping[str, Workload]) -> None:
+    where = f"node {node.name}"
+    if node.model not in models:
+        raise FleetConfigError(f"{where}: unknown GPU model {node.model!r}; known: {', '.join(models)}")
+    if node.gpus < 1:
+        raise FleetConfigError(f"{where}: needs at least one GPU")
+    if not node.workloads or any(w not in workloads for w in node.workloads):
+        raise FleetConfigError(f"{where}: workloads {list(node.workloads)} must be known and non-empty")
+    if node.mig_devices and node.mps_replicas:
+        # k8s-device-plugin: "Sharing with MPS is currently not supported on devices with MIG enabled."
+        raise FleetConfigError(f"{where}: MPS and MIG are mutually exclusive")
+    if node.mps_replicas < 0 or node.mps_replicas > 48:
+        raise FleetConfigError(f"{where}: mps_replicas must be 0..48 (device plugin limit)")
+    model = models[node.model]
+    g_total = mem_total = media = 0
+    for profile, count in node.mig_devices:
+        if profile not in model.profiles:
+            raise FleetConfigError(f"{where}: {node.model} has no MIG profile {profile!r}")
+        spec = model.profiles[profile]
+        if not 0 < count <= spec.max:
+            raise FleetConfigError(f"{where}: {count} x {profile} (at most {spec.max} per GPU)")
+        g_total += spec.g * count
+        mem_total += spec.mem_slices * count
+        media += count if profile.endswith("+me") else 0
+    if g_total > model.compute_slices or mem_total > model.memory_slices or media > 1:
+        raise FleetConfigError(f"{where}: MIG layout {dict(node.mig_devices)} does not fit a {node.model}")
+
+
+def describe(fleet: Fleet) -> str:
+    """One line per node: model, GPUs, sharing and labels (for the CLI and logs)."""
+    lines = []
+    for node in fleet.nodes:
+        sharing = (
+            f"MIG {dict(node.mig_devices)}"
+            if node.mig_devices
+            else f"MPS x{node.mps_replicas}"
+            if node.mps_replicas
+            else "whole GPUs"
+        )
+        lines.append(
+            f"{node.name}: {node.gpus} x {node.model}, {sharing}, mig.config={node.mig_config}, "
+            f"device-plugin.config={node.device_plugin_config}, workloads={','.join(node.workloads)}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,35 @@
+"""Test-wide environment: an isolated Airflow home and storage per test session, set before Airflow loads."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "data" / "traces"
+
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="slicewise-tests-"))
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_SESSION_HOME / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_SESSION_HOME / 'airflow' / 'airflow.db'}",
+        "SLICEWISE_HOME": str(_SESSION_HOME / "slicewise"),
+    }
+)
+# Never inherit a developer's overrides into the tests.
+for _name in [n for n in os.environ if n.startswith("SLICEWISE_") and n != "SLICEWISE_HOME"]:
+    del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    if not TRACES.is_dir():
+        pytest.skip(f"public GPU traces not found at {TRACES} (they live in ../shared/data/traces)")
+    return TRACES
