@@ -122,8 +122,10 @@ def gpu_metrics_ingest() -> None:
         }
         return manifest
 
-    staged = pull_metrics()
-    publish_partition(staged, validate_partition(staged))
+    # TaskFlow calls return XComArgs that resolve to the annotated values when the tasks run.
+    staged: Any = pull_metrics()
+    statistics: Any = validate_partition(staged)
+    publish_partition(staged, statistics)
 
 
 gpu_metrics_ingest()

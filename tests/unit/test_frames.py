@@ -162,3 +162,28 @@ def test_demand_frame_flags_unschedulable_pods() -> None:
     flagged = frame[frame["unschedulable"]]
     assert flagged[["pod", "requested"]].values.tolist() == [["train-2", 2.0]]
     assert (frame[frame["pod"] == "train-2"]["node"] == "").all()
+
+
+def handover_results(old_values: list[float], new_start_step: int, new_values: list[float]) -> dict[str, Any]:
+    old = gpu("node-a", 0, pod="old", namespace="team-a", container="c")
+    new = gpu("node-a", 0, pod="new", namespace="team-a", container="c")
+    return {
+        "engine_active": [series(old, old_values), series(new, new_values, start=T0 + 60 * new_start_step)]
+    }
+
+
+def test_a_pod_handover_inside_one_step_is_not_a_duplicate_and_the_new_pod_wins() -> None:
+    # The window ending at step 2 saw the old pod's last sample and the new pod's first.
+    frame = frames.gpu_frame(handover_results([0.1, 0.1, 0.1], 2, [0.9, 0.9, 0.9]), step_s=60)
+    assert not frame.duplicated([*schema.GPU_KEY, schema.TIMESTAMP]).any()
+    assert frame["pod"].tolist() == ["old", "old", "new", "new", "new"]
+
+
+def test_a_handover_at_the_last_step_keeps_the_newcomer() -> None:
+    frame = frames.gpu_frame(handover_results([0.1, 0.1, 0.1], 2, [0.9]), step_s=60)
+    assert frame["pod"].tolist() == ["old", "old", "new"]
+
+
+def test_two_pods_on_one_gpu_all_along_stay_duplicates_for_validation() -> None:
+    frame = frames.gpu_frame(handover_results([0.1, 0.1, 0.1], 0, [0.9, 0.9, 0.9]), step_s=60)
+    assert frame.duplicated([*schema.GPU_KEY, schema.TIMESTAMP]).sum() == 3

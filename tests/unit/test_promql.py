@@ -16,7 +16,7 @@ def test_gpu_query_matches_both_hostname_dialects_and_limits_lookback_to_one_ste
     query = promql.gpu_field_query("DCGM_FI_PROF_GR_ENGINE_ACTIVE", ["node-a", "node-b"], 60)
     assert 'Hostname=~"node\\\\-a|node\\\\-b"' in query
     assert 'hostname=~"node\\\\-a|node\\\\-b"' in query
-    assert query.count("[60s]") == 2 and " or " in query
+    assert query.count("[59999ms]") == 2 and " or " in query
 
 
 def test_host_regex_is_anchored_to_exact_names() -> None:
@@ -27,8 +27,25 @@ def test_host_regex_is_anchored_to_exact_names() -> None:
     assert not re.fullmatch(pattern, "gpuxnode-1")
 
 
-def test_all_hosts_query_requires_a_hostname_label() -> None:
-    assert 'Hostname!=""' in promql.gpu_field_query("DCGM_FI_DEV_FB_USED", None, 30)
+def test_all_hosts_query_also_reads_series_without_a_node_label() -> None:
+    query = promql.gpu_field_query("DCGM_FI_DEV_FB_USED", None, 30)
+    assert 'Hostname!=""' in query and 'hostname!=""' in query
+    assert '{Hostname="",hostname=""}' in query
+
+
+def test_the_empty_host_of_a_shard_selects_unlabelled_series_only() -> None:
+    # `Hostname=~""` would also match every series of the other dialect: never put "" in the regex.
+    query = promql.gpu_field_query("DCGM_FI_DEV_FB_USED", ["", "node-a"], 60)
+    assert '=~"node\\\\-a"' in query and '=~""' not in query and "|" not in query
+    assert '{Hostname="",hostname=""}' in query
+    only_unlabelled = promql.gpu_field_query("DCGM_FI_DEV_FB_USED", [""], 60)
+    assert only_unlabelled == 'last_over_time(DCGM_FI_DEV_FB_USED{Hostname="",hostname=""}[59999ms])'
+
+
+def test_inventory_counts_unlabelled_series_too() -> None:
+    assert 'count(last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{Hostname="",hostname=""}[3600s]))' in (
+        promql.host_inventory_query(3600)
+    )
 
 
 def test_shards_respect_series_budget_and_never_split_a_host() -> None:

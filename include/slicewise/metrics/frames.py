@@ -154,48 +154,85 @@ def _pivot(
     return wide.reindex(columns=list(columns))
 
 
-def gpu_frame(results: Mapping[str, Iterable[Series]]) -> pd.DataFrame:
+def drop_pod_handovers(wide: pd.DataFrame, gpu_key_of_series: np.ndarray, step_ms: int) -> pd.DataFrame:
+    """Remove the outgoing pod's row where one step window saw two pods on the same GPU (or MIG instance).
+
+    When a pod on a GPU is replaced, the step window ending at ``t`` can hold the old pod's last sample and the
+    new pod's first, so the GPU appears twice at ``t``. That is one handover, not duplicate data: keep the series
+    that carries on (present at ``t + step``; at the window's last step, the one that was not there at
+    ``t - step``). Where no series can be told apart that way (the same GPU exported twice all along) every
+    row stays, and validation reports the duplicates.
+    """
+    import pandas as pd
+
+    if wide.empty:
+        return wide
+    key = pd.Series(gpu_key_of_series[wide["series"].to_numpy()], index=wide.index)
+    clash = pd.DataFrame({"key": key, "ms": wide["ms"]}).duplicated(keep=False)
+    if not clash.any():
+        return wide
+    present = pd.MultiIndex.from_arrays([wide["series"], wide["ms"]])
+    has_next = pd.Series(
+        present.isin(pd.MultiIndex.from_arrays([wide["series"], wide["ms"] - step_ms])), index=wide.index
+    )
+    has_prev = pd.Series(
+        present.isin(pd.MultiIndex.from_arrays([wide["series"], wide["ms"] + step_ms])), index=wide.index
+    )
+    last_ms = wide["ms"].max()
+    groups = pd.DataFrame({"key": key, "ms": wide["ms"], "next": has_next, "prev": has_prev})[clash]
+    drop = []
+    for (_, ms), group in groups.groupby(["key", "ms"], sort=False):
+        if ms == last_ms:
+            newcomers = ~group["prev"]
+            if newcomers.any() and not newcomers.all():
+                drop.extend(group.index[~newcomers])
+        else:
+            continuing = group["next"]
+            if continuing.any() and not continuing.all():
+                drop.extend(group.index[~continuing])
+    return wide.drop(index=drop)
+
+
+def _labelled_wide(
+    results: Mapping[str, Iterable[Series]],
+    columns: Sequence[str],
+    label_names: Sequence[str],
+    key_names: Sequence[str],
+    step_s: int | None,
+) -> pd.DataFrame:
+    """Pivot ``columns`` on full label sets; return labels + ``ms`` + one column per metric."""
+    import pandas as pd
+
+    index = _SeriesIndex()
+    wide = _pivot(results, columns, lambda m: tuple(gpu_labels(m)[name] for name in label_names), index)
+    wide = wide.reset_index()
+    label_table = pd.DataFrame(index.labels, columns=list(label_names), dtype=object)
+    if step_s is not None and len(label_table):
+        key_ids = label_table.groupby(list(key_names), sort=False).ngroup().to_numpy()
+        wide = drop_pod_handovers(wide, key_ids, step_s * 1000).reset_index(drop=True)
+    rows = label_table.iloc[wide["series"].to_numpy()].reset_index(drop=True)
+    return pd.concat([rows, wide.drop(columns=["series"]).reset_index(drop=True)], axis=1)
+
+
+def gpu_frame(results: Mapping[str, Iterable[Series]], step_s: int | None = None) -> pd.DataFrame:
     """Build the GPU sample frame from ``{frame column: range-query series}`` for every field in the schema.
 
     Instance-level fields (per MIG instance or whole GPU) are pivoted side by side on the full label set, so a
-    GPU exported twice with conflicting labels shows up as a duplicate key for validation to catch. Device-level
-    fields (power, PCIe: no MIG labels) are joined onto every row of their physical GPU.
+    GPU exported twice with conflicting labels shows up as a duplicate key for validation to catch (pod
+    handovers inside one step are resolved first when ``step_s`` is given, see :func:`drop_pod_handovers`).
+    Device-level fields (power, PCIe: no MIG labels) are joined onto every row of their physical GPU.
     """
     import pandas as pd
 
     label_names = list(schema.GPU_LABELS)
     instance_columns = [c for c, (_, level) in schema.GPU_FIELDS.items() if level == "instance"]
     device_columns = [c for c, (_, level) in schema.GPU_FIELDS.items() if level == "device"]
-
-    instances = _SeriesIndex()
-    wide = _pivot(
-        results, instance_columns, lambda m: tuple(gpu_labels(m)[name] for name in label_names), instances
-    ).reset_index()
-    label_table = pd.DataFrame(instances.labels, columns=label_names)
-    rows = (
-        label_table.iloc[wide["series"].to_numpy()].reset_index(drop=True)
-        if len(label_table)
-        else pd.DataFrame(columns=label_names)
-    )
-    frame = pd.concat([rows, wide.drop(columns=["series"]).reset_index(drop=True)], axis=1)
-
-    devices = _SeriesIndex()
-    device_wide = _pivot(
-        results, device_columns, lambda m: (gpu_labels(m)["hostname"], gpu_labels(m)["gpu"]), devices
-    )
-    if len(device_wide):
-        # Several exported series per physical GPU are one device reading; keep the last seen.
-        device_table = pd.DataFrame(devices.labels, columns=["hostname", "gpu"])
-        device_long = device_wide.reset_index()
-        device_long = pd.concat(
-            [
-                device_table.iloc[device_long["series"].to_numpy()].reset_index(drop=True),
-                device_long.drop(columns=["series"]),
-            ],
-            axis=1,
-        )
-        device_long = device_long.drop_duplicates(["hostname", "gpu", "ms"], keep="last")
-        frame = frame.merge(device_long, on=["hostname", "gpu", "ms"], how="left")
+    frame = _labelled_wide(results, instance_columns, label_names, list(schema.GPU_KEY), step_s)
+    device = _labelled_wide(results, device_columns, label_names, ["hostname", "gpu"], step_s)
+    if len(device):
+        # A physical GPU has one power / PCIe reading; a copy exported twice adds nothing, keep one.
+        device = device[["hostname", "gpu", "ms", *device_columns]].drop_duplicates(["hostname", "gpu", "ms"])
+        frame = frame.merge(device, on=["hostname", "gpu", "ms"], how="left")
     for column in schema.GPU_FIELDS:
         if column not in frame.columns:
             frame[column] = np.nan

@@ -188,7 +188,7 @@ class PrometheusReader:
                 results[column].extend(
                     self._range(f"{metric} shard {number}/{len(shards)}", query, start, end)
                 )
-        return frames.gpu_frame(results)
+        return frames.gpu_frame(results, step_s=self.settings.step_s)
 
     def demand(self, start: datetime, end: datetime) -> pd.DataFrame:
         """GPU requests of every pod container and which pods are unschedulable, in ``[start, end)``."""

@@ -16,40 +16,65 @@ from slicewise import schema
 HOSTNAME_LABELS = ("Hostname", "hostname")
 
 
+def step_window(step_s: int) -> str:
+    """The range of one step, open on the left: ``(t - step, t]``.
+
+    Prometheus 2 range selectors include both ends, so a plain ``[60s]`` at ``t`` would also see the sample at
+    ``t - 60s`` and report a series one step after it ended. One millisecond less gives the same half-open
+    window on Prometheus 2 and 3.
+    """
+    return f"{step_s * 1000 - 1}ms"
+
+
 def quote_regex_alternation(values: Sequence[str]) -> str:
     """A PromQL regex matching exactly ``values`` (escaped for RE2 and for the PromQL string)."""
     escaped = (re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(values))
     return "|".join(escaped)
 
 
+#: Matches series that carry neither node label: unattributable, so validation must see them, not miss them.
+UNLABELLED = ",".join(f'{label}=""' for label in HOSTNAME_LABELS)
+
+
 def gpu_field_query(metric: str, hosts: Sequence[str] | None, step_s: int) -> str:
-    """Range-query expression for one DCGM metric on ``hosts`` (all hosts when None).
+    """Range-query expression for one DCGM metric on ``hosts`` (every series when None).
 
-    ``last_over_time(...[step])`` instead of the bare selector: a bare selector would fill a gap of up to
-    Prometheus' 5-minute lookback with the previous value, hiding missing scrapes from the completeness check.
+    The host ``""`` stands for series without any node label. ``last_over_time(...[step])`` instead of the
+    bare selector: a bare selector would fill a gap of up to Prometheus' 5-minute lookback with the previous
+    value, hiding missing scrapes from the completeness check.
     """
-    parts = []
-    for label in HOSTNAME_LABELS:
-        matcher = f'{label}=~"{quote_regex_alternation(hosts)}"' if hosts is not None else f'{label}!=""'
-        parts.append(f"last_over_time({metric}{{{matcher}}}[{step_s}s])")
-    return " or ".join(parts)
-
-
-def host_inventory_query(window_s: int) -> str:
-    """Instant query: number of GPU series per host over the window (drives the sharding)."""
-    metric = schema.GPU_FIELDS["engine_active"][0]
+    named = [h for h in hosts if h] if hosts is not None else None
+    matchers = []
+    if named is None or named:
+        for label in HOSTNAME_LABELS:
+            matchers.append(f'{label}=~"{quote_regex_alternation(named)}"' if named else f'{label}!=""')
+    if hosts is None or "" in hosts:
+        matchers.append(UNLABELLED)
     return " or ".join(
-        f'count by ({label}) (last_over_time({metric}{{{label}!=""}}[{window_s}s]))'
-        for label in HOSTNAME_LABELS
+        f"last_over_time({metric}{{{matcher}}}[{step_window(step_s)}])" for matcher in matchers
     )
 
 
+def host_inventory_query(window_s: int) -> str:
+    """Instant query: number of GPU series per host over the window (drives the sharding).
+
+    Series without a node label are counted under an empty label set, which reads as host ``""``.
+    """
+    metric = schema.GPU_FIELDS["engine_active"][0]
+    per_host = [
+        f'count by ({label}) (last_over_time({metric}{{{label}!=""}}[{window_s}s]))'
+        for label in HOSTNAME_LABELS
+    ]
+    unlabelled = f"count(last_over_time({metric}{{{UNLABELLED}}}[{window_s}s]))"
+    return " or ".join([*per_host, unlabelled])
+
+
 def demand_requests_query(step_s: int) -> str:
-    return f'last_over_time({schema.KSM_REQUESTS}{{resource=~"{schema.GPU_RESOURCE_REGEX}"}}[{step_s}s])'
+    return f'last_over_time({schema.KSM_REQUESTS}{{resource=~"{schema.GPU_RESOURCE_REGEX}"}}[{step_window(step_s)}])'
 
 
 def demand_unschedulable_query(step_s: int) -> str:
-    return f"last_over_time({schema.KSM_UNSCHEDULABLE}[{step_s}s]) == 1"
+    return f"last_over_time({schema.KSM_UNSCHEDULABLE}[{step_window(step_s)}]) == 1"
 
 
 def shard_hosts(series_per_host: dict[str, int], series_per_shard: int) -> list[list[str]]:

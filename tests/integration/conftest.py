@@ -1,0 +1,96 @@
+"""Real services for the integration tests: a Prometheus with backfilled simulated history, an Airflow DB.
+
+Every process a fixture starts is stopped by that fixture, and only that process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from slicewise.simulator.backfill import backfill
+from slicewise.simulator.faults import Faults
+from slicewise.simulator.fleet import Fleet
+from slicewise.stack import processes
+from slicewise.stack import prometheus as prometheus_stack
+
+#: A fixed, past stretch of time: tests never depend on the wall clock.
+FIRST_HOUR = datetime(2026, 11, 20, 6, tzinfo=UTC)
+CLEAN_HOURS = 3
+STEP_S = 60
+#: Hours after the clean ones, each with one kind of corruption written into Prometheus.
+FAULT_HOURS = ("nan", "out_of_range", "duplicate_pod", "gaps", "drop_labels")
+FAULTY_NODE = "sim-h100-0"
+
+
+def hour(offset: int) -> datetime:
+    return FIRST_HOUR + timedelta(hours=offset)
+
+
+def fault_hour(kind: str) -> datetime:
+    return hour(CLEAN_HOURS + FAULT_HOURS.index(kind))
+
+
+def _seconds(moment: datetime) -> int:
+    return int(moment.timestamp())
+
+
+@dataclass(frozen=True)
+class PrometheusWithHistory:
+    url: str
+    port: int
+    fleet: Fleet
+
+
+@pytest.fixture(scope="session")
+def fleet() -> Fleet:
+    return Fleet.default()
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[PrometheusWithHistory]:
+    home = tmp_path_factory.mktemp("prometheus")
+    labels = prometheus_stack.FLEET_TARGET_LABELS
+    backfill(
+        fleet, _seconds(hour(0)), _seconds(hour(CLEAN_HOURS)), STEP_S, home / "data", target_labels=labels
+    )
+    for kind in FAULT_HOURS:
+        start = fault_hour(kind)
+        # Gaps and missing labels cover part of the hour: the rest of the node's samples still arrive.
+        end = start + (timedelta(minutes=20) if kind in ("gaps", "drop_labels") else timedelta(hours=1))
+        faults = Faults(_seconds(start), _seconds(end), nodes=(FAULTY_NODE,), **{kind: True})
+        backfill(
+            fleet,
+            _seconds(start),
+            _seconds(start + timedelta(hours=1)),
+            STEP_S,
+            home / "data",
+            faults=faults,
+            target_labels=labels,
+        )
+    service = prometheus_stack.start(home)
+    try:
+        yield PrometheusWithHistory(service.url, service.port, fleet)
+    finally:
+        processes.stop(service, home / "run")
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """Migrate the session's SQLite Airflow metadata DB (AIRFLOW_HOME is set by tests/conftest.py)."""
+    Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
