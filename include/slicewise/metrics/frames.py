@@ -180,7 +180,7 @@ def drop_pod_handovers(wide: pd.DataFrame, gpu_key_of_series: np.ndarray, step_m
     )
     last_ms = wide["ms"].max()
     groups = pd.DataFrame({"key": key, "ms": wide["ms"], "next": has_next, "prev": has_prev})[clash]
-    drop = []
+    drop: list[Any] = []
     for (_, ms), group in groups.groupby(["key", "ms"], sort=False):
         if ms == last_ms:
             newcomers = ~group["prev"]
