@@ -1,0 +1,8 @@
+# The Slicewise Airflow image: apache/airflow with the pinned stack and the project installed.
+FROM apache/airflow:3.3.2-python3.11
+COPY --chown=airflow:root requirements.txt constraints.txt pyproject.toml README.md /opt/slicewise/
+COPY --chown=airflow:root include /opt/slicewise/include
+RUN pip install --no-cache-dir -r /opt/slicewise/requirements.txt -c /opt/slicewise/constraints.txt \
+ && pip install --no-cache-dir --no-deps -e /opt/slicewise
+COPY --chown=airflow:root dags /opt/airflow/dags
+COPY --chown=airflow:root plugins /opt/airflow/plugins
