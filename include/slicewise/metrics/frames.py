@@ -6,11 +6,15 @@ Label dialects handled here, so nothing downstream sees them:
   the exporter's ``pod``/``namespace``/``container`` to ``exported_*`` and sets ``pod`` to the exporter's own
   pod, so an ``exported_*`` label wins whenever present;
 - GPU id: ``UUID`` or ``uuid`` (``--use-old-namespace``).
+
+Query responses are turned into :class:`CompactSeries` (a label tuple and two numpy arrays) as soon as they
+arrive, so the decoded JSON of one response is all that is ever held in Python objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +26,18 @@ if TYPE_CHECKING:
 
 #: One series of a range query: ``{"metric": {label: value}, "values": [[unix_ts, "value"], ...]}``.
 Series = Mapping[str, Any]
+LabelShape = Callable[[Mapping[str, str]], tuple[str, ...]]
+
+DEMAND_POD = ("namespace", "pod")
+
+
+@dataclass(frozen=True)
+class CompactSeries:
+    """One series with normalised labels (in the frame's label order) and its samples as arrays."""
+
+    labels: tuple[str, ...]
+    ms: np.ndarray  # int64 unix milliseconds
+    values: np.ndarray  # float64; NaN and +-Inf kept for validation to judge
 
 
 def _first(labels: Mapping[str, str], *names: str) -> str:
@@ -57,42 +73,36 @@ def demand_labels(labels: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _points(item: Series) -> tuple[np.ndarray, np.ndarray] | None:
-    points = item.get("values") or []
-    if not points:
-        return None
-    raw = np.asarray(points, dtype=object)
-    # Prometheus sends values as strings; "NaN" and "+Inf" parse as floats and are left for validation.
-    return raw[:, 0].astype(np.float64), raw[:, 1].astype(np.float64)
+def gpu_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
+    shaped = gpu_labels(labels)
+    return tuple(shaped[name] for name in schema.GPU_LABELS)
 
 
-def _to_utc(seconds: np.ndarray) -> pd.DatetimeIndex:
-    import pandas as pd
+def demand_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
+    shaped = demand_labels(labels)
+    return tuple(shaped[name] for name in schema.DEMAND_LABELS)
 
-    return pd.to_datetime(np.round(seconds * 1000).astype("int64"), unit="ms", utc=True)
+
+def pod_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
+    shaped = demand_labels(labels)
+    return tuple(shaped[name] for name in DEMAND_POD)
 
 
-def _long_frame(series: Iterable[Series], label_names: Sequence[str], shape: Any) -> pd.DataFrame:
-    """Concatenate series into one long frame (labels..., timestamp, value)."""
-    import pandas as pd
-
-    columns: dict[str, list[str]] = {name: [] for name in label_names}
-    timestamps: list[np.ndarray] = []
-    values: list[np.ndarray] = []
-    for item in series:
-        parsed = _points(item)
-        if parsed is None:
+def compact(raw: Iterable[Series | CompactSeries], shape: LabelShape) -> list[CompactSeries]:
+    """Compact query-response series (already compact ones pass through); empty series are dropped."""
+    out = []
+    for item in raw:
+        if isinstance(item, CompactSeries):
+            out.append(item)
             continue
-        timestamps.append(parsed[0])
-        values.append(parsed[1])
-        labels = shape(item.get("metric", {}))
-        for name in label_names:
-            columns[name].extend([labels[name]] * len(parsed[0]))
-    frame = pd.DataFrame({name: pd.array(col, dtype="string") for name, col in columns.items()})
-    seconds = np.concatenate(timestamps) if timestamps else np.empty(0)
-    frame[schema.TIMESTAMP] = _to_utc(seconds)
-    frame["value"] = np.concatenate(values) if values else np.empty(0)
-    return frame
+        points = item.get("values") or []
+        if not points:
+            continue
+        table = np.asarray(points, dtype=object)
+        ms = np.round(table[:, 0].astype(np.float64) * 1000).astype(np.int64)
+        # Prometheus sends values as strings; "NaN" and "+Inf" parse as floats and are left for validation.
+        out.append(CompactSeries(shape(item.get("metric", {})), ms, table[:, 1].astype(np.float64)))
+    return out
 
 
 class _SeriesIndex:
@@ -117,9 +127,9 @@ class _SeriesIndex:
 
 
 def _pivot(
-    results: Mapping[str, Iterable[Series]], columns: Sequence[str], key_of: Any, index: _SeriesIndex
+    results: Mapping[str, Sequence[CompactSeries]], columns: Sequence[str], index: _SeriesIndex
 ) -> pd.DataFrame:
-    """Wide frame indexed by (series id, timestamp in ms) with one column per metric in ``columns``."""
+    """Wide frame with columns ``series`` (id in ``index``), ``ms`` and one column per metric in ``columns``."""
     import pandas as pd
 
     ids: list[np.ndarray] = []
@@ -129,18 +139,19 @@ def _pivot(
     for field_no, column in enumerate(columns):
         seen: dict[tuple[str, ...], int] = {}
         for item in results.get(column, ()):
-            parsed = _points(item)
-            if parsed is None:
-                continue
-            series_id = index.assign(key_of(item.get("metric", {})), seen)
-            ids.append(np.full(len(parsed[0]), series_id, dtype=np.int64))
-            stamps.append(np.round(parsed[0] * 1000).astype(np.int64))
-            values.append(parsed[1])
-            fields.append(np.full(len(parsed[0]), field_no, dtype=np.int64))
+            series_id = index.assign(item.labels, seen)
+            ids.append(np.full(len(item.ms), series_id, dtype=np.int64))
+            stamps.append(item.ms)
+            values.append(item.values)
+            fields.append(np.full(len(item.ms), field_no, dtype=np.int8))
     if not ids:
-        empty = pd.DataFrame(columns=list(columns), dtype="float64")
-        empty.index = pd.MultiIndex.from_arrays([[], []], names=["series", "ms"])
-        return empty
+        return pd.DataFrame(
+            {
+                "series": pd.Series(dtype="int64"),
+                "ms": pd.Series(dtype="int64"),
+                **{c: pd.Series(dtype="float64") for c in columns},
+            }
+        )
     long = pd.DataFrame(
         {
             "series": np.concatenate(ids),
@@ -150,8 +161,9 @@ def _pivot(
         }
     )
     wide = long.groupby(["series", "ms", "field"], sort=False)["value"].last().unstack("field")
+    del long
     wide.columns = [columns[int(c)] for c in wide.columns]
-    return wide.reindex(columns=list(columns))
+    return wide.reindex(columns=list(columns)).reset_index()
 
 
 def drop_pod_handovers(wide: pd.DataFrame, gpu_key_of_series: np.ndarray, step_ms: int) -> pd.DataFrame:
@@ -194,27 +206,38 @@ def drop_pod_handovers(wide: pd.DataFrame, gpu_key_of_series: np.ndarray, step_m
 
 
 def _labelled_wide(
-    results: Mapping[str, Iterable[Series]],
+    results: Mapping[str, Sequence[CompactSeries]],
     columns: Sequence[str],
-    label_names: Sequence[str],
     key_names: Sequence[str],
     step_s: int | None,
 ) -> pd.DataFrame:
-    """Pivot ``columns`` on full label sets; return labels + ``ms`` + one column per metric."""
+    """Pivot ``columns`` on full GPU label sets; return the label columns + ``ms`` + one column per metric."""
     import pandas as pd
 
     index = _SeriesIndex()
-    wide = _pivot(results, columns, lambda m: tuple(gpu_labels(m)[name] for name in label_names), index)
-    wide = wide.reset_index()
-    label_table = pd.DataFrame(index.labels, columns=list(label_names), dtype=object)
+    wide = _pivot(results, columns, index)
+    label_names = list(schema.GPU_LABELS)
+    label_table = pd.DataFrame(index.labels, columns=label_names, dtype=object)
     if step_s is not None and len(label_table):
         key_ids = label_table.groupby(list(key_names), sort=False).ngroup().to_numpy()
         wide = drop_pod_handovers(wide, key_ids, step_s * 1000).reset_index(drop=True)
-    rows = label_table.iloc[wide["series"].to_numpy()].reset_index(drop=True)
-    return pd.concat([rows, wide.drop(columns=["series"]).reset_index(drop=True)], axis=1)
+    codes = wide["series"].to_numpy()
+    for name in label_names:
+        wide[name] = _take_labels(label_table[name], codes)
+    return wide.drop(columns=["series"])
 
 
-def gpu_frame(results: Mapping[str, Iterable[Series]], step_s: int | None = None) -> pd.DataFrame:
+def _take_labels(labels: pd.Series, codes: np.ndarray) -> pd.Series:
+    """``labels[codes]`` as a categorical column: memory per distinct value, not per row."""
+    import pandas as pd
+
+    categories, inverse = np.unique(labels.to_numpy(dtype=str), return_inverse=True)
+    return pd.Series(pd.Categorical.from_codes(inverse[codes], categories=pd.Index(categories)))
+
+
+def gpu_frame(
+    results: Mapping[str, Iterable[Series | CompactSeries]], step_s: int | None = None
+) -> pd.DataFrame:
     """Build the GPU sample frame from ``{frame column: range-query series}`` for every field in the schema.
 
     Instance-level fields (per MIG instance or whole GPU) are pivoted side by side on the full label set, so a
@@ -224,33 +247,55 @@ def gpu_frame(results: Mapping[str, Iterable[Series]], step_s: int | None = None
     """
     import pandas as pd
 
-    label_names = list(schema.GPU_LABELS)
+    compacted = {column: compact(results.get(column, ()), gpu_label_tuple) for column in schema.GPU_FIELDS}
     instance_columns = [c for c, (_, level) in schema.GPU_FIELDS.items() if level == "instance"]
     device_columns = [c for c, (_, level) in schema.GPU_FIELDS.items() if level == "device"]
-    frame = _labelled_wide(results, instance_columns, label_names, list(schema.GPU_KEY), step_s)
-    device = _labelled_wide(results, device_columns, label_names, ["hostname", "gpu"], step_s)
-    if len(device):
+    frame = _labelled_wide(compacted, instance_columns, list(schema.GPU_KEY), step_s)
+    device = _labelled_wide(compacted, device_columns, ["hostname", "gpu"], step_s)
+    if len(device) and len(frame):
         # A physical GPU has one power / PCIe reading; a copy exported twice adds nothing, keep one.
         device = device[["hostname", "gpu", "ms", *device_columns]].drop_duplicates(["hostname", "gpu", "ms"])
+        for key in ("hostname", "gpu"):  # categoricals merge only on identical categories
+            device[key] = device[key].astype(str)
+            frame[key] = frame[key].astype(str)
         frame = frame.merge(device, on=["hostname", "gpu", "ms"], how="left")
     for column in schema.GPU_FIELDS:
         if column not in frame.columns:
             frame[column] = np.nan
     frame[schema.TIMESTAMP] = pd.to_datetime(frame["ms"].astype("int64"), unit="ms", utc=True)
-    frame["gpu"] = pd.to_numeric(frame["gpu"], errors="coerce").fillna(-1).astype("int64")
+    frame["gpu"] = pd.to_numeric(frame["gpu"].astype(str), errors="coerce").fillna(-1).astype("int64")
     frame = frame[list(schema.GPU_COLUMNS)].astype(schema.GPU_DTYPES)
     return frame.sort_values([*schema.GPU_KEY, schema.TIMESTAMP], ignore_index=True)
 
 
-def demand_frame(requests: Iterable[Series], unschedulable: Iterable[Series]) -> pd.DataFrame:
+def demand_frame(
+    requests: Iterable[Series | CompactSeries], unschedulable: Iterable[Series | CompactSeries]
+) -> pd.DataFrame:
     """Build the demand frame: every GPU request of every pod container, flagged when the pod is unschedulable."""
-    labels = list(schema.DEMAND_LABELS)
-    frame = _long_frame(requests, labels, demand_labels).rename(columns={"value": "requested"})
-    pending = _long_frame(unschedulable, ["namespace", "pod"], demand_labels)
-    pending_keys = set(zip(pending["namespace"], pending["pod"], pending[schema.TIMESTAMP], strict=True))
-    frame["unschedulable"] = [
-        key in pending_keys
-        for key in zip(frame["namespace"], frame["pod"], frame[schema.TIMESTAMP], strict=True)
+    import pandas as pd
+
+    index = _SeriesIndex()
+    wide = _pivot({"requested": compact(requests, demand_label_tuple)}, ["requested"], index)
+    labels = pd.DataFrame(index.labels, columns=list(schema.DEMAND_LABELS), dtype=object)
+    codes = wide["series"].to_numpy()
+    for name in schema.DEMAND_LABELS:
+        wide[name] = _take_labels(labels[name], codes)
+    # A pod is unschedulable at a step when kube_pod_status_unschedulable == 1 there: match on integer keys.
+    pod_ids: dict[tuple[str, ...], int] = {}
+    row_pods = np.array(
+        [
+            pod_ids.setdefault((namespace, pod), len(pod_ids))
+            for namespace, pod in zip(labels["namespace"], labels["pod"], strict=True)
+        ],
+        dtype=np.int64,
+    )
+    pending_keys = [
+        pod_ids[item.labels] * 2**42 + item.ms
+        for item in compact(unschedulable, pod_label_tuple)
+        if item.labels in pod_ids
     ]
-    frame = frame[list(schema.DEMAND_COLUMNS)].astype(schema.DEMAND_DTYPES)
-    return frame.sort_values([schema.TIMESTAMP, *labels], ignore_index=True)
+    row_keys = row_pods[codes] * 2**42 + wide["ms"].to_numpy() if len(codes) else np.empty(0, dtype=np.int64)
+    wide["unschedulable"] = np.isin(row_keys, np.concatenate(pending_keys)) if pending_keys else False
+    wide[schema.TIMESTAMP] = pd.to_datetime(wide["ms"].astype("int64"), unit="ms", utc=True)
+    frame = wide[list(schema.DEMAND_COLUMNS)].astype(schema.DEMAND_DTYPES)
+    return frame.sort_values([schema.TIMESTAMP, *schema.DEMAND_LABELS], ignore_index=True)

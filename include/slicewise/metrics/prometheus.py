@@ -181,20 +181,26 @@ class PrometheusReader:
         log.info(
             "pulling %d hosts (%d GPU series) in %d shard(s)", len(hosts), sum(hosts.values()), len(shards)
         )
-        results: dict[str, list[dict[str, Any]]] = {column: [] for column in schema.GPU_FIELDS}
+        # Compact each response as it arrives: at 10,000 GPUs the decoded JSON of all of them would not fit.
+        results: dict[str, list[frames.CompactSeries]] = {column: [] for column in schema.GPU_FIELDS}
         for number, shard in enumerate(shards, start=1):
             for column, (metric, _) in schema.GPU_FIELDS.items():
                 query = promql.gpu_field_query(metric, shard, self.settings.step_s)
-                results[column].extend(
-                    self._range(f"{metric} shard {number}/{len(shards)}", query, start, end)
-                )
+                response = self._range(f"{metric} shard {number}/{len(shards)}", query, start, end)
+                results[column].extend(frames.compact(response, frames.gpu_label_tuple))
         return frames.gpu_frame(results, step_s=self.settings.step_s)
 
     def demand(self, start: datetime, end: datetime) -> pd.DataFrame:
         """GPU requests of every pod container and which pods are unschedulable, in ``[start, end)``."""
         step_s = self.settings.step_s
-        requests = self._range("GPU requests", promql.demand_requests_query(step_s), start, end)
-        pending = self._range("unschedulable pods", promql.demand_unschedulable_query(step_s), start, end)
+        requests = frames.compact(
+            self._range("GPU requests", promql.demand_requests_query(step_s), start, end),
+            frames.demand_label_tuple,
+        )
+        pending = frames.compact(
+            self._range("unschedulable pods", promql.demand_unschedulable_query(step_s), start, end),
+            frames.pod_label_tuple,
+        )
         return frames.demand_frame(requests, pending)
 
 
