@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HOUR = datetime(2026, 11, 20, 10, tzinfo=UTC)
+
+
+def peak_rss_mib() -> float:
+    """This process' peak resident memory. Not ``getrusage``: Linux carries ``ru_maxrss`` across ``execve``, so a
+    child would report its parent's peak (the backfill's); ``VmHWM`` belongs to the new address space."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def pull_child(url: str) -> None:
@@ -41,7 +49,7 @@ def pull_child(url: str) -> None:
                 "demand_rows": len(demand),
                 "gpu_s": gpu_s,
                 "total_s": total_s,
-                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_rss_mib": peak_rss_mib(),
             }
         )
     )

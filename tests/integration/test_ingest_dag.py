@@ -53,11 +53,23 @@ def ingest_dag(retries: int | None = None) -> Any:
     return dag
 
 
-def run_hour(start: datetime, retries: int | None = None) -> dict[str, str]:
+def run_hour(start: datetime, retries: int | None = None) -> dict[str, Any]:
     """Run the DAG for the hour starting at ``start`` (a manual run owns the hour that ends at its date)."""
     run = ingest_dag(retries).test(logical_date=start + timedelta(hours=1))
     assert (run.data_interval_start, run.data_interval_end) == (start, start + timedelta(hours=1))
-    return {ti.task_id: ti.state for ti in run.get_task_instances()} | {"__run__": run.state}
+    states: dict[str, Any] = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    return states | {"__run__": run.state, "__events__": asset_events(run.run_id)}
+
+
+def asset_events(run_id: str) -> list[dict[str, Any]]:
+    """Extras of the Asset events the run emitted, read from the Airflow metadata DB."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events = session.scalars(select(AssetEvent).where(AssetEvent.source_run_id == run_id)).all()
+        return [dict(event.extra or {}) for event in events]
 
 
 def timestamps_of(start: datetime) -> np.ndarray:
@@ -69,6 +81,7 @@ def test_an_hour_is_pulled_validated_and_published_exactly_as_simulated(
 ) -> None:
     start = hour(1)
     states = run_hour(start)
+    events = states.pop("__events__")
     assert states == {
         "pull_metrics": "success",
         "validate_partition": "success",
@@ -100,6 +113,10 @@ def test_an_hour_is_pulled_validated_and_published_exactly_as_simulated(
         expected_demand.sort_values(demand_key, ignore_index=True),
     )
     assert not (storage / "quarantine").exists()
+    assert len(events) == 1
+    assert events[0]["gpu_rows"] == len(expected) and events[0]["gpu_series"] == manifest["gpu_series"]
+    assert events[0]["demand_rows"] == len(expected_demand)
+    assert events[0]["interval_start"] == start.isoformat()
 
 
 def test_a_rerun_replaces_the_partition_without_duplicating_anything(
@@ -136,6 +153,7 @@ def test_corrupted_data_is_quarantined_with_the_reason_and_never_published(
     assert states["validate_partition"] == "failed"
     assert states["publish_partition"] == "upstream_failed"
     assert states["__run__"] == "failed"
+    assert states["__events__"] == []
 
     paths = store.PartitionPaths(storage, start)
     assert store.read_manifest(paths.published) is None

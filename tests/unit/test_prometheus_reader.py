@@ -107,3 +107,20 @@ def test_an_unreachable_server_is_reported_after_the_retries() -> None:
 
     with pytest.raises(PrometheusError, match="unreachable"):
         reader(f"http://127.0.0.1:{free_port()}").gpu_samples(START, START + timedelta(hours=1))
+
+
+@pytest.mark.parametrize("server", [Script([(200, EMPTY_MATRIX)], delay_s=1.5)], indirect=True)
+def test_a_slow_prometheus_makes_the_ingest_pull_fail_having_written_nothing(
+    server: tuple[str, Script], tmp_path: Any
+) -> None:
+    from slicewise import ingest
+
+    url, _ = server
+    settings = load_settings(
+        {"query_retries": 0, "query_timeout_s": 1, "storage_root": (tmp_path / "store").as_uri()}, environ={}
+    )
+    with pytest.raises(PrometheusError, match="too slow"):
+        ingest.pull(
+            PrometheusReader(PrometheusEndpoint(url), settings), START, START + timedelta(hours=1), settings
+        )
+    assert not (tmp_path / "store").exists()
