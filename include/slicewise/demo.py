@@ -100,21 +100,22 @@ def follow_latest_run(
     api: AirflowApi, dag_id: str, interval_end: datetime, timeout_s: float
 ) -> dict[str, Any]:
     """Wait for the scheduler's run of ``dag_id`` ending at ``interval_end``; print task progress."""
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     wanted = interval_end.strftime("%Y-%m-%dT%H:%M:%S")
     run: dict[str, Any] | None = None
     triggered = False
     last_line = ""
-    while time.monotonic() < deadline:
-        if api.dag(dag_id) is None:
+    while time.monotonic() - started < timeout_s:
+        if api.dag(dag_id) is None:  # the DAG processor has not parsed the file yet
             time.sleep(2)
             continue
         runs = [r for r in api.dag_runs(dag_id) if str(r.get("data_interval_end", "")).startswith(wanted)]
         if runs:
             run = runs[0]
-        elif not triggered and time.monotonic() > deadline - timeout_s + 90:
+        elif not triggered and time.monotonic() - started > 90:
             # The scheduler creates the hour's run by itself; if it has not after 90 s, ask for one.
-            run = api.trigger(dag_id, logical_date=(interval_end - timedelta(hours=1)).isoformat())
+            # A manual run owns the data interval that ends at its logical date.
+            run = api.trigger(dag_id, logical_date=interval_end.isoformat())
             triggered = True
         if run is not None:
             states = {
@@ -129,7 +130,6 @@ def follow_latest_run(
                 last_line = line
             if run["state"] in TERMINAL_RUN_STATES:
                 return run
-            run = next((r for r in api.dag_runs(dag_id) if r["dag_run_id"] == run["dag_run_id"]), run)
         time.sleep(3)
     raise TimeoutError(f"{dag_id} did not finish the hour ending {wanted} within {timeout_s:.0f}s")
 
