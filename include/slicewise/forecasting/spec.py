@@ -1,0 +1,103 @@
+"""Model specs: one YAML file per registered forecasting model in ``models/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MODELS_DIR = Path(__file__).resolve().parents[3] / "models"
+
+
+class SpecError(ValueError):
+    """A model spec is missing a key or has an impossible value; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    kind: str
+    lstm_units: int
+    dense_units: int
+    dropout: float
+
+
+@dataclass(frozen=True)
+class Training:
+    learning_rate: float
+    batch_size: int
+    epochs_per_update: int
+    time_budget_s: float
+    window_stride: int
+    replay_ratio: float
+    max_windows: int
+
+
+@dataclass(frozen=True)
+class Promotion:
+    metric: str
+    horizon_minutes: int
+    margin: float
+
+
+@dataclass(frozen=True)
+class ForecasterSpec:
+    name: str
+    signal: str
+    step_s: int
+    window_steps: int
+    min_observed_steps: int
+    horizons_minutes: tuple[int, ...]
+    quantiles: tuple[float, ...]
+    architecture: Architecture
+    training: Training
+    promotion: Promotion
+
+    def horizon_steps(self) -> tuple[int, ...]:
+        return tuple(max(1, round(minutes * 60 / self.step_s)) for minutes in self.horizons_minutes)
+
+    @property
+    def upper_quantile(self) -> float:
+        return max(self.quantiles)
+
+
+ARCHITECTURES = ("lstm", "lstm_attention")
+
+
+def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
+    try:
+        spec = ForecasterSpec(
+            name=str(raw["name"]),
+            signal=str(raw["signal"]),
+            step_s=int(raw["step_s"]),
+            window_steps=int(raw["window_steps"]),
+            min_observed_steps=int(raw["min_observed_steps"]),
+            horizons_minutes=tuple(int(h) for h in raw["horizons_minutes"]),
+            quantiles=tuple(sorted(float(q) for q in raw["quantiles"])),
+            architecture=Architecture(**raw["architecture"]),
+            training=Training(**raw["training"]),
+            promotion=Promotion(**raw["promotion"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"{source}: invalid or missing key: {exc}") from exc
+    problems = []
+    if spec.architecture.kind not in ARCHITECTURES:
+        problems.append(f"architecture.kind must be one of {ARCHITECTURES}")
+    if 0.5 not in spec.quantiles or not all(0 < q < 1 for q in spec.quantiles):
+        problems.append("quantiles must lie in (0, 1) and include 0.5")
+    if not 0 < spec.min_observed_steps <= spec.window_steps:
+        problems.append("min_observed_steps must be in 1..window_steps")
+    if spec.promotion.horizon_minutes not in spec.horizons_minutes:
+        problems.append("promotion.horizon_minutes must be one of horizons_minutes")
+    if problems:
+        raise SpecError(f"{source}: " + "; ".join(problems))
+    return spec
+
+
+def load_specs(models_dir: Path = MODELS_DIR) -> list[ForecasterSpec]:
+    """Every ``*.yaml`` spec in ``models_dir``, sorted by name."""
+    specs = [
+        parse_spec(yaml.safe_load(path.read_text()), str(path)) for path in sorted(models_dir.glob("*.yaml"))
+    ]
+    return sorted(specs, key=lambda spec: spec.name)

@@ -1,0 +1,159 @@
+"""From GPU sample frames to a regular panel, and from the panel to training / prediction windows.
+
+A *panel* holds one row per GPU series (whole GPU or MIG instance) on a regular time grid, NaN where a sample is
+missing. A *window* is what the model sees at step ``t``: the last ``window_steps`` steps of features, ending
+at ``t``; its targets are the mean load over the next ``h`` steps for each horizon (see
+:func:`slicewise.forecasting.baselines.future_mean`), so a window never looks past ``t``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from slicewise import schema
+from slicewise.forecasting.baselines import future_mean
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from slicewise.forecasting.spec import ForecasterSpec
+
+#: Per-step input features, in order. Missing load is fed as 0 with ``observed`` = 0, so gaps and the padding
+#: before a new GPU's first sample are visible to the model rather than read as idle time.
+FEATURES = ("load", "observed", "memory", "hour_sin", "hour_cos", "dow_sin", "dow_cos")
+
+
+@dataclass(frozen=True)
+class Panel:
+    keys: list[tuple[str, int, str]]  # (hostname, gpu, gpu_instance_id) per row
+    timestamps: np.ndarray  # int64 unix seconds, regular, step_s apart
+    load: np.ndarray  # (n_series, n_steps) float64, NaN = missing
+    memory: np.ndarray  # (n_series, n_steps) framebuffer used / capacity, NaN = missing
+    step_s: int
+
+
+def panel_from_frame(frame: pd.DataFrame, signal: str, step_s: int) -> Panel:
+    """Pivot a GPU sample frame onto a regular grid from its first to its last timestamp (inclusive)."""
+    import pandas as pd
+
+    if frame.empty:
+        return Panel([], np.empty(0, dtype=np.int64), np.empty((0, 0)), np.empty((0, 0)), step_s)
+    seconds = frame[schema.TIMESTAMP].astype("int64").to_numpy() // 1_000_000_000
+    # MIG instances and whole GPUs differ in size: memory as a share of what the series could use.
+    used, free = frame["fb_used_mib"].to_numpy(float), frame["fb_free_mib"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        memory = used / (used + free)
+    tidy = pd.DataFrame(
+        {
+            "key": list(
+                zip(
+                    frame["hostname"].astype(str),
+                    frame["gpu"].astype(int),
+                    frame["gpu_instance_id"].astype(str),
+                    strict=True,
+                )
+            ),
+            "step": (seconds - seconds.min()) // step_s,
+            "load": frame[signal].to_numpy(float),
+            "memory": memory,
+        }
+    )
+    keys = sorted(set(tidy["key"]))
+    row_of = {key: i for i, key in enumerate(keys)}
+    n_steps = int(tidy["step"].max()) + 1
+    load = np.full((len(keys), n_steps), np.nan)
+    mem = np.full((len(keys), n_steps), np.nan)
+    rows = tidy["key"].map(row_of).to_numpy()
+    steps = tidy["step"].to_numpy()
+    load[rows, steps] = tidy["load"].to_numpy()
+    mem[rows, steps] = tidy["memory"].to_numpy()
+    timestamps = seconds.min() + np.arange(n_steps, dtype=np.int64) * step_s
+    return Panel(keys, timestamps, load, mem, step_s)
+
+
+def time_features(timestamps: np.ndarray) -> np.ndarray:
+    """(n_steps, 4): hour-of-day and day-of-week as points on circles (23:59 is next to 00:00)."""
+    seconds_of_day = timestamps % 86_400
+    day_of_week = (timestamps // 86_400 + 3) % 7  # 1970-01-01 was a Thursday: Monday = 0
+    hour_angle = 2 * np.pi * seconds_of_day / 86_400
+    dow_angle = 2 * np.pi * day_of_week / 7
+    return np.stack([np.sin(hour_angle), np.cos(hour_angle), np.sin(dow_angle), np.cos(dow_angle)], axis=1)
+
+
+@dataclass(frozen=True)
+class Windows:
+    inputs: np.ndarray  # (n, window_steps, len(FEATURES)) float32
+    targets: np.ndarray  # (n, n_horizons) float32; NaN only when built with require_targets=False
+    series: np.ndarray  # (n,) row of the panel
+    step: np.ndarray  # (n,) step index t the window ends at
+
+
+def make_windows(
+    panel: Panel, spec: ForecasterSpec, *, stride: int = 1, first_step: int = 0, require_targets: bool = True
+) -> Windows:
+    """Windows ending at steps ``first_step, first_step + stride, ...`` of every series.
+
+    A window is kept when at least ``spec.min_observed_steps`` of its steps were observed (short or new series
+    are left-padded with unobserved steps) and, if ``require_targets``, every horizon's target is known.
+    """
+    n_series, n_steps = panel.load.shape
+    width = spec.window_steps
+    horizons = spec.horizon_steps()
+    targets = (
+        np.stack([future_mean(panel.load, h) for h in horizons], axis=-1)
+        if n_steps
+        else np.empty((n_series, 0, len(horizons)))
+    )
+    observed = ~np.isnan(panel.load)
+    per_step = np.stack(
+        [
+            np.nan_to_num(panel.load),
+            observed.astype(float),
+            np.nan_to_num(panel.memory),
+        ],
+        axis=-1,
+    )  # (n_series, n_steps, 3)
+    clock = time_features(panel.timestamps)  # (n_steps, 4)
+    # Left-pad so a window may start before the panel does (unobserved, with extrapolated clock features).
+    pad_clock = (
+        time_features(panel.timestamps[0] - np.arange(width - 1, 0, -1) * panel.step_s)
+        if n_steps
+        else np.empty((0, 4))
+    )
+    padded = np.concatenate([np.zeros((n_series, width - 1, 3)), per_step], axis=1)
+    padded_clock = np.concatenate([pad_clock, clock], axis=0)
+    padded_observed = np.concatenate([np.zeros((n_series, width - 1), dtype=bool), observed], axis=1)
+    counts = np.concatenate([np.zeros((n_series, 1)), np.cumsum(padded_observed, axis=1)], axis=1)
+
+    ends = np.arange(first_step, n_steps, stride)
+    inputs, outputs, rows, steps = [], [], [], []
+    for t in ends:
+        seen = counts[:, t + width] - counts[:, t]  # observed steps in the window ending at t
+        keep = seen >= spec.min_observed_steps
+        if require_targets:
+            keep &= ~np.isnan(targets[:, t, :]).any(axis=1)
+        if not keep.any():
+            continue
+        chosen = np.flatnonzero(keep)
+        block = padded[chosen, t : t + width, :]
+        clock_block = np.broadcast_to(padded_clock[t : t + width], (len(chosen), width, 4))
+        inputs.append(np.concatenate([block, clock_block], axis=-1))
+        outputs.append(targets[chosen, t, :])
+        rows.append(chosen)
+        steps.append(np.full(len(chosen), t))
+    if not inputs:
+        return Windows(
+            np.empty((0, width, len(FEATURES)), np.float32),
+            np.empty((0, len(horizons)), np.float32),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+        )
+    return Windows(
+        np.concatenate(inputs).astype(np.float32),
+        np.concatenate(outputs).astype(np.float32),
+        np.concatenate(rows).astype(np.int64),
+        np.concatenate(steps).astype(np.int64),
+    )

@@ -1,0 +1,139 @@
+"""Panels and windows: regular grids, gaps, short and new series, no look-ahead."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from slicewise import schema
+from slicewise.forecasting.spec import ForecasterSpec, SpecError, load_specs, parse_spec
+from slicewise.forecasting.windows import FEATURES, Panel, make_windows, panel_from_frame, time_features
+
+T0 = 1_764_410_400  # a Saturday 10:00 UTC
+
+
+def spec(**overrides: object) -> ForecasterSpec:
+    base = load_specs()[0]
+    return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def test_shipped_specs_parse_and_name_distinct_models() -> None:
+    specs = load_specs()
+    assert specs and len({s.name for s in specs}) == len(specs)
+    assert all(0.5 in s.quantiles and s.upper_quantile > 0.5 for s in specs)
+
+
+def test_a_spec_with_impossible_values_is_rejected_with_the_reason() -> None:
+    raw = {
+        "name": "x",
+        "signal": "engine_active",
+        "step_s": 60,
+        "window_steps": 10,
+        "min_observed_steps": 20,
+        "horizons_minutes": [15],
+        "quantiles": [0.9],
+        "architecture": {"kind": "transformer", "lstm_units": 4, "dense_units": 4, "dropout": 0.0},
+        "training": {
+            "learning_rate": 0.01,
+            "batch_size": 8,
+            "epochs_per_update": 1,
+            "time_budget_s": 5,
+            "window_stride": 1,
+            "replay_ratio": 1.0,
+            "max_windows": 100,
+        },
+        "promotion": {"metric": "pinball_p90", "horizon_minutes": 60, "margin": 0.0},
+    }
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, "bad.yaml")
+    message = str(info.value)
+    assert "bad.yaml" in message and "architecture.kind" in message and "0.5" in message
+    assert "min_observed_steps" in message and "promotion.horizon_minutes" in message
+
+
+def frame(rows: list[tuple[str, int, str, int, float]]) -> pd.DataFrame:
+    data = {c: [] for c in schema.GPU_COLUMNS}  # type: dict[str, list[object]]
+    for host, gpu, gi, ts, load in rows:
+        values = {c: "" for c in schema.GPU_LABELS} | {"hostname": host, "gpu": gpu, "gpu_instance_id": gi}
+        values |= dict.fromkeys(schema.GPU_FIELDS, 1.0) | {
+            "engine_active": load,
+            "fb_used_mib": 25.0,
+            "fb_free_mib": 75.0,
+        }
+        values[schema.TIMESTAMP] = pd.Timestamp(ts, unit="s", tz="UTC")
+        for c in schema.GPU_COLUMNS:
+            data[c].append(values[c])
+    return pd.DataFrame(data).astype(schema.GPU_DTYPES)
+
+
+def test_panel_puts_series_on_a_regular_grid_with_nan_for_gaps() -> None:
+    rows = [("a", 0, "", T0 + 60 * i, 0.1 * i) for i in (0, 1, 3)] + [("b", 1, "2", T0 + 60 * 2, 0.7)]
+    panel = panel_from_frame(frame(rows), "engine_active", 60)
+    assert panel.keys == [("a", 0, ""), ("b", 1, "2")]
+    assert panel.timestamps.tolist() == [T0, T0 + 60, T0 + 120, T0 + 180]
+    np.testing.assert_allclose(panel.load[0], [0.0, 0.1, np.nan, 0.3])
+    np.testing.assert_allclose(panel.load[1], [np.nan, np.nan, 0.7, np.nan])
+    assert panel.memory[0, 0] == pytest.approx(0.25)
+
+
+def test_time_features_put_midnight_next_to_a_minute_before() -> None:
+    feats = time_features(np.array([T0 - 10 * 3600 - 60, T0 - 10 * 3600]))  # 23:59 Fri, 00:00 Sat
+    assert np.linalg.norm(feats[0, :2] - feats[1, :2]) < 0.01
+
+
+def small_panel(load: np.ndarray) -> Panel:
+    n, steps = load.shape
+    return Panel([("h", i, "") for i in range(n)], T0 + 60 * np.arange(steps), load, np.zeros_like(load), 60)
+
+
+def test_windows_have_the_feature_layout_and_targets_are_future_means() -> None:
+    load = np.tile(np.arange(40, dtype=float) / 100, (2, 1))
+    s = spec(window_steps=6, min_observed_steps=3, horizons_minutes=(2, 4))
+    windows = make_windows(small_panel(load), s)
+    assert windows.inputs.shape[1:] == (6, len(FEATURES))
+    first = np.flatnonzero((windows.series == 0) & (windows.step == 10))[0]
+    # the window ends at step 10 and holds steps 5..10; targets are the means of steps 11-12 and 11-14
+    np.testing.assert_allclose(windows.inputs[first, :, 0], load[0, 5:11], rtol=1e-6)
+    np.testing.assert_allclose(windows.targets[first], [0.115, 0.125], rtol=1e-5)
+
+
+def test_future_load_never_leaks_into_a_window() -> None:
+    rng = np.random.default_rng(1)
+    load = rng.random((3, 50))
+    s = spec(window_steps=8, min_observed_steps=4, horizons_minutes=(5,))
+    before = make_windows(small_panel(load), s, require_targets=False)
+    changed = load.copy()
+    changed[:, 30:] = 9.0
+    after = make_windows(small_panel(changed), s, require_targets=False)
+    early = before.step < 30
+    np.testing.assert_array_equal(before.inputs[early], after.inputs[early])
+
+
+def test_short_and_new_series_are_padded_and_kept_once_observed_enough() -> None:
+    load = np.full((1, 30), np.nan)
+    load[0, 20:] = 0.5  # a GPU that appeared at step 20
+    s = spec(window_steps=12, min_observed_steps=5, horizons_minutes=(2,))
+    windows = make_windows(small_panel(load), s)
+    assert windows.step.min() == 24  # 5 observed steps: 20..24
+    first = windows.inputs[np.argmin(windows.step)]
+    assert first[:, FEATURES.index("observed")].tolist() == [0.0] * 7 + [1.0] * 5
+    assert (first[:7, FEATURES.index("load")] == 0).all()
+
+
+def test_windows_without_known_targets_are_dropped_unless_asked_for() -> None:
+    load = np.full((1, 20), 0.3)
+    s = spec(window_steps=5, min_observed_steps=5, horizons_minutes=(3,))
+    with_targets = make_windows(small_panel(load), s)
+    assert (
+        with_targets.step.max() == 16
+    )  # steps 17..19 are followed by fewer than 3 samples... see future_mean
+    everything = make_windows(small_panel(load), s, require_targets=False)
+    assert everything.step.max() == 19
+
+
+def test_an_empty_panel_gives_no_windows() -> None:
+    windows = make_windows(small_panel(np.empty((0, 0))), spec())
+    assert windows.inputs.shape[0] == 0
