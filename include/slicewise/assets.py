@@ -6,3 +6,6 @@ from airflow.sdk import Asset
 
 #: A validated hour of GPU and demand metrics; event extra: interval, rows, series, path.
 METRICS = Asset(name="slicewise_metrics", uri="slicewise://metrics", group="slicewise")
+
+#: The forecaster update of an hour; event extra per model: champion version, scores, which predictor to trust.
+FORECASTER = Asset(name="slicewise_forecaster", uri="slicewise://forecaster", group="slicewise")

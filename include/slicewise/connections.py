@@ -38,3 +38,19 @@ def prometheus_endpoint(conn_id: str) -> PrometheusEndpoint:
     return endpoint_from_connection(
         conn.conn_type, conn.host, conn.port, conn.schema, conn.login, conn.password, conn.extra_dejson
     )
+
+
+def mlflow_tracking_uri(settings: Settings) -> str:
+    """``mlflow_tracking_uri`` when set, else the URL of the Airflow Connection ``mlflow_default``."""
+    if settings.mlflow_tracking_uri:
+        return settings.mlflow_tracking_uri
+    from airflow.sdk import Connection
+
+    try:
+        conn = Connection.get("mlflow_default")
+    except Exception as exc:  # the SDK raises its own not-found type; the message is what matters
+        raise SettingsError(
+            "no MLflow tracking server configured: set the setting mlflow_tracking_uri or the Airflow "
+            f"Connection mlflow_default ({exc})"
+        ) from exc
+    return endpoint_from_connection(conn.conn_type, conn.host, conn.port, conn.schema, None, None, {}).url

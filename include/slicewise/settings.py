@@ -33,6 +33,9 @@ class Settings:
     min_completeness: float
     max_staleness_s: float
     max_vanished_share: float
+    mlflow_tracking_uri: str
+    mlflow_experiment: str
+    forecast_history_hours: int
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
         return dataclasses.replace(self, **_coerce_all(overrides))

@@ -1,0 +1,246 @@
+"""One hourly forecaster update, end to end: history → train from the champion → evaluate on fresh data against
+the champion and the baselines → log and register in MLflow → move ``champion`` only if the gate says so.
+
+Fresh data: the windows of the newest ``EVAL_HOURS`` (that have a full future for the longest horizon) are held
+out; training only sees the panel before them, so no evaluated target was ever trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slicewise.forecasting import registry
+from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
+from slicewise.forecasting.promotion import CHAMPION, Decision, decide
+from slicewise.forecasting.spec import ForecasterSpec
+from slicewise.forecasting.training import TrainReport, train
+from slicewise.forecasting.windows import Panel, make_windows, panel_from_frame
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+log = logging.getLogger(__name__)
+
+EVAL_HOURS = 1
+HISTORY_HOURS = 48
+
+
+class NotEnoughHistory(RuntimeError):
+    """Too few validated hours to train and evaluate; the message says how many there are and are needed."""
+
+
+def load_history(
+    root: ObjectStoragePath, newest_end: datetime, spec: ForecasterSpec, hours: int = HISTORY_HOURS
+) -> Panel:
+    """The panel of the published (validated) partitions in ``[newest_end - hours, newest_end)``."""
+    import pandas as pd
+
+    from slicewise import store
+    from slicewise.ingest import GPU_FILE
+
+    frames = []
+    for back in range(hours, 0, -1):
+        folder = store.PartitionPaths(root, newest_end - timedelta(hours=back)).published
+        if store.read_manifest(folder) is not None:  # quarantined or missing hours are never read
+            frame, _ = store.read_frame(folder / GPU_FILE)
+            frames.append(frame)
+    if not frames:
+        raise NotEnoughHistory(
+            f"no published metrics partition in the {hours} h before {newest_end:%Y-%m-%d %H:%M}"
+        )
+    return panel_from_frame(pd.concat(frames, ignore_index=True), spec.signal, spec.step_s)
+
+
+def latest_published_end(root: ObjectStoragePath) -> datetime | None:
+    """End of the newest published hour under ``root`` (used when a run has no triggering Asset event)."""
+    from datetime import UTC
+
+    from slicewise import store
+
+    newest: datetime | None = None
+    metrics = root / "metrics"
+    if not metrics.exists():
+        return None
+    for day in metrics.iterdir():
+        for hour in day.iterdir():
+            if store.read_manifest(hour) is None:
+                continue
+            start = datetime.strptime(f"{day.name}/{hour.name}", "date=%Y-%m-%d/hour=%H").replace(tzinfo=UTC)
+            newest = max(newest or start, start)
+    return newest + timedelta(hours=1) if newest else None
+
+
+def split_steps(panel: Panel, spec: ForecasterSpec) -> tuple[int, int]:
+    """(eval_from, train_until): held-out windows end in the last ``EVAL_HOURS`` hours that still have a full
+    longest-horizon future; training sees only the panel before ``eval_from``, so its targets end there too."""
+    hour = 3600 // panel.step_s
+    eval_from = panel.load.shape[1] - EVAL_HOURS * hour - max(spec.horizon_steps())
+    if eval_from < spec.min_observed_steps + max(spec.horizon_steps()) + 1:
+        raise NotEnoughHistory(
+            f"{panel.load.shape[1] * panel.step_s / 3600:.1f} h of history; need more than "
+            f"{EVAL_HOURS} h held out + {max(spec.horizons_minutes)} min of horizon + some to train on"
+        )
+    return eval_from, eval_from
+
+
+def truncated(panel: Panel, steps: int) -> Panel:
+    return dataclasses.replace(
+        panel, load=panel.load[:, :steps], memory=panel.memory[:, :steps], timestamps=panel.timestamps[:steps]
+    )
+
+
+def _copy(model: Any, spec: ForecasterSpec) -> Any:
+    """A trainable copy of the champion (same weights, fresh optimizer) so the champion itself stays intact."""
+    import keras
+
+    from slicewise.forecasting.model import PinballLoss
+
+    clone = keras.models.clone_model(model)
+    clone.set_weights(model.get_weights())
+    clone.compile(
+        optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
+    )
+    return clone
+
+
+def _plot(panel: Panel, spec: ForecasterSpec, model: Any, eval_from: int) -> Any:
+    """Forecast vs actual on the held-out hour for the busiest series, at the promotion horizon."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from slicewise.forecasting.model import predict
+
+    h_index = spec.horizons_minutes.index(spec.promotion.horizon_minutes)
+    windows = make_windows(
+        panel, spec, first_step=max(0, eval_from - 3600 // panel.step_s), require_targets=False
+    )
+    figure, axes = plt.subplots(2, 2, figsize=(11, 6), sharex=True)
+    busiest = np.argsort(-np.nan_to_num(np.nanmean(panel.load[:, eval_from:], axis=1)))[:4]
+    predictions = predict(model, windows.inputs) if len(windows.inputs) else np.empty((0, 1, 1))
+    for axis, row in zip(axes.ravel(), busiest, strict=False):
+        mine = windows.series == row
+        steps = windows.step[mine]
+        minutes = (steps - eval_from) * panel.step_s / 60
+        axis.plot(minutes, windows.targets[mine, h_index], color="black", label="realised mean")
+        axis.plot(minutes, predictions[mine, h_index, 0], label="P50")
+        axis.fill_between(
+            minutes,
+            predictions[mine, h_index, 0],
+            predictions[mine, h_index, -1],
+            alpha=0.3,
+            label=f"P50-P{int(spec.upper_quantile * 100)}",
+        )
+        axis.axvline(0, color="grey", linestyle=":")
+        axis.set_title(" ".join(str(part) for part in panel.keys[row] if part != ""), fontsize=9)
+    axes[0, 0].legend(fontsize=8)
+    figure.supxlabel("minutes from the start of the held-out hour")
+    figure.suptitle(f"{spec.name}: mean load over the next {spec.promotion.horizon_minutes} min")
+    figure.tight_layout()
+    return figure
+
+
+def hourly_update(
+    spec: ForecasterSpec,
+    panel: Panel,
+    *,
+    tracking_uri: str,
+    experiment: str,
+    tags: dict[str, str],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train, evaluate, register and gate one model; returns what the DAG reports and publishes."""
+    from slicewise.forecasting.model import build_model, predict
+
+    registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
+    eval_from, train_until = split_steps(panel, spec)
+    champion = registry.load_champion(tracking_uri, spec.name)
+    model = _copy(champion.model, spec) if champion is not None else build_model(spec)
+
+    history = truncated(panel, train_until)
+    hour = 3600 // panel.step_s
+    newest_first = max(0, train_until - hour)
+    new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
+    replay = (
+        make_windows(truncated(history, newest_first), spec, stride=spec.training.window_stride)
+        if newest_first > 0
+        else None
+    )
+    report: TrainReport = train(model, spec, new, replay, seed=seed)
+    log.info("trained %s: %s", spec.name, report)
+
+    predictors = {MODEL: lambda x: predict(model, x)}
+    if champion is not None:
+        predictors[CHAMPION] = lambda x: predict(champion.model, x)
+    evaluation: Evaluation = evaluate(panel, spec, predictors, eval_from_step=eval_from)
+    decision: Decision = decide(evaluation, spec)
+    log.info("gate for %s: %s", spec.name, decision.reason)
+
+    sample = make_windows(panel, spec, first_step=eval_from).inputs[:8]
+    run_id, version = registry.log_and_register(
+        tracking_uri,
+        experiment,
+        spec.name,
+        model,
+        params={
+            "spec": spec.name,
+            "window_steps": spec.window_steps,
+            "horizons_minutes": spec.horizons_minutes,
+            "quantiles": spec.quantiles,
+            "architecture": spec.architecture.kind,
+            "lstm_units": spec.architecture.lstm_units,
+            "started_from": champion.version if champion else "scratch",
+            "new_windows": report.new_windows,
+            "replay_windows": report.replay_windows,
+            "epochs": report.epochs,
+            "series": len(panel.keys),
+            "eval_windows": evaluation.windows,
+        },
+        metrics={**evaluation.flat(), "train.final_loss": report.final_loss, "train.seconds": report.seconds},
+        tags={**tags, "gate": "promote" if decision.promote else "keep", "gate_reason": decision.reason},
+        spec_text=spec_yaml(spec),
+        plot=_plot(panel, spec, model, eval_from),
+        sample_inputs=sample,
+        sample_outputs=predict(model, sample),
+    )
+    if decision.promote:
+        registry.set_champion(tracking_uri, spec.name, version)
+    registry.tag_version(
+        tracking_uri,
+        spec.name,
+        version,
+        {"gate": "promoted" if decision.promote else "kept", "gate_reason": decision.reason},
+    )
+    return {
+        "model": spec.name,
+        "version": version,
+        "run_id": run_id,
+        "promoted": decision.promote,
+        "champion_version": version if decision.promote else (champion.version if champion else None),
+        "trust": decision.trust,
+        "reason": decision.reason,
+        "metric": f"{spec.promotion.metric}@{spec.promotion.horizon_minutes}min",
+        "score": _finite(decision.score),
+        "champion_score": _finite(decision.champion_score),
+        "baseline": decision.baseline,
+        "baseline_score": _finite(decision.baseline_score),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def spec_yaml(spec: ForecasterSpec) -> str:
+    import json
+
+    import yaml
+
+    plain = json.loads(json.dumps(dataclasses.asdict(spec)))  # tuples -> lists, which YAML can write safely
+    return str(yaml.safe_dump(plain, sort_keys=False))

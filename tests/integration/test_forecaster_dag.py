@@ -1,0 +1,130 @@
+"""The forecaster DAG against a real MLflow server: two hourly updates, the champion gate, MLflow down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from slicewise import store
+from slicewise.ingest import DEMAND_FILE, GPU_FILE
+from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.frames import demand as simulated_demand
+from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
+from slicewise.stack import mlflow as mlflow_stack
+from slicewise.stack import processes
+
+pytestmark = pytest.mark.integration
+DAG_ID = "forecaster_training"
+MODEL = "gpu_load_forecaster"
+FIRST = datetime(2026, 11, 23, 6, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("mlflow")
+    service = mlflow_stack.start(home)
+    try:
+        yield service.url
+    finally:
+        processes.stop(service, home / "run")
+
+
+def publish_hour(root: store.ObjectStoragePath, fleet: Fleet, start: datetime) -> None:
+    """A validated partition of simulated data, as the ingest DAG publishes it."""
+    stamps = np.arange(int(start.timestamp()), int((start + timedelta(hours=1)).timestamp()), 60)
+    paths = store.PartitionPaths(root, start)
+    staging = paths.new_staging()
+    meta = {"interval_start": start.isoformat(), "step_s": "60"}
+    store.write_frame(simulated_gpu_samples(fleet, stamps), staging / GPU_FILE, {**meta, "kind": "gpu"})
+    store.write_frame(simulated_demand(fleet, stamps), staging / DEMAND_FILE, {**meta, "kind": "demand"})
+    store.publish(staging, paths.published, {"interval_start": start.isoformat()})
+
+
+def run_dag(retries: int | None = None) -> tuple[dict[str, str], Any]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags" / f"{DAG_ID}.py"))
+    dag = bag.get_dag(DAG_ID)
+    assert dag is not None, bag.import_errors
+    if retries is not None:
+        for task in dag.tasks:
+            task.retries = retries
+    run = dag.test()
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    return states | {"__run__": run.state}, run
+
+
+def registry(url: str) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=url)
+
+
+def champion(url: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(registry(url).get_model_version_by_alias(MODEL, "champion").version)
+    except MlflowException:
+        return None
+
+
+def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rule(
+    mlflow_server: str, airflow_db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = store.storage_path(tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", mlflow_server)
+    fleet = Fleet.default()
+    for hour in range(4):
+        publish_hour(root, fleet, FIRST + timedelta(hours=hour))
+
+    states, _ = run_dag(retries=0)
+    assert states["__run__"] == "success", states
+    first = registry(mlflow_server).get_model_version(MODEL, "1")
+    assert first.tags["gate"] in ("promoted", "kept") and first.tags["gate_reason"]
+    assert champion(mlflow_server) == ("1" if first.tags["gate"] == "promoted" else None)
+    run = registry(mlflow_server).get_run(first.run_id)
+    assert {"model.h60.pinball_p90", "mean_last_hour.h60.pinball_p90", "last_value.h15.mae"} <= set(
+        run.data.metrics
+    )
+    before = champion(mlflow_server)
+
+    publish_hour(root, fleet, FIRST + timedelta(hours=4))
+    states, _ = run_dag(retries=0)
+    assert states["__run__"] == "success", states
+    second = registry(mlflow_server).get_model_version(MODEL, "2")
+    second_run = registry(mlflow_server).get_run(second.run_id)
+    assert second_run.data.tags["newest_hour_end"] == (FIRST + timedelta(hours=5)).isoformat()
+    assert second_run.data.params["started_from"] == (before or "scratch")
+    expected = "2" if second.tags["gate"] == "promoted" else before
+    assert champion(mlflow_server) == expected
+    # The gate's reason names the comparison it made.
+    assert "pinball_p90@60min" in second.tags["gate_reason"]
+
+
+def test_with_mlflow_down_the_update_fails_and_the_champion_is_unchanged(
+    mlflow_server: str, airflow_db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = store.storage_path(tmp_path.as_uri())
+    fleet = Fleet.default()
+    for hour in range(4):
+        publish_hour(root, fleet, FIRST + timedelta(hours=hour))
+    before_versions = len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'"))
+    before = champion(mlflow_server)
+    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", f"http://127.0.0.1:{processes.free_port()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    states, _ = run_dag(retries=0)
+    assert states["__run__"] == "failed"
+    assert states["publish_forecaster"] == "upstream_failed"
+    assert champion(mlflow_server) == before
+    assert len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'")) == before_versions
+    assert json.dumps(states)  # states are plain strings, shown in the UI
