@@ -14,7 +14,8 @@ version is tagged with the reason and the champion stays.
 | `update_model` (one per spec) | history → train → evaluate → MLflow run + registered version → gate |
 | `publish_forecaster` | emits `slicewise_forecaster` with, per model, the champion version, scores and which predictor the planner should trust |
 
-If MLflow is unreachable the update fails before changing anything, so the champion stays what it was.
+If MLflow is unreachable the update fails before changing anything, so the champion stays what it was. With
+too little validated history (a new install) `update_model` is skipped and says why.
 Connections: `mlflow_default` (or the setting `mlflow_tracking_uri`). Settings: see the README.
 """
 
@@ -56,6 +57,8 @@ def forecaster_training() -> None:
     ) -> dict[str, Any]:
         from datetime import datetime
 
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from slicewise import store
         from slicewise.connections import mlflow_tracking_uri, task_settings
         from slicewise.forecasting import update
@@ -70,9 +73,14 @@ def forecaster_training() -> None:
             if "interval_end" in event.extra
         ]
         newest_end = max(ends) if ends else update.latest_published_end(root)
-        if newest_end is None:
-            raise update.NotEnoughHistory("no published metrics partition yet")
-        panel = update.load_history(root, newest_end, spec, settings.forecast_history_hours)
+        try:
+            if newest_end is None:
+                raise update.NotEnoughHistory("no published metrics partition yet")
+            panel = update.load_history(root, newest_end, spec, settings.forecast_history_hours)
+            update.split_steps(panel, spec)
+        except update.NotEnoughHistory as short:
+            # A new install: nothing to learn from yet is not a failure; the task shows why it skipped.
+            raise AirflowSkipException(f"{name}: not enough validated history yet: {short}") from None
         return update.hourly_update(
             spec,
             panel,

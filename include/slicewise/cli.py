@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from slicewise.forecasting import cli as forecast_cli
     from slicewise.simulator import cli as simulate_cli
     from slicewise.validation import cli as validate_cli
 
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     validate_cli.register(commands)
     simulate_cli.register(commands)
+    forecast_cli.register(commands)
     return parser
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from slicewise import store
 from slicewise.settings import load_settings, slicewise_home
 from slicewise.stack import airflow as airflow_stack
+from slicewise.stack import mlflow as mlflow_stack
 from slicewise.stack import processes
 from slicewise.stack import prometheus as prometheus_stack
 from slicewise.stack.airflow_api import TERMINAL_RUN_STATES, AirflowApi
@@ -139,16 +140,24 @@ def up(timeout_s: float) -> int:
     began = time.monotonic()
     exporter = start_exporter(home)
     prometheus = start_prometheus(home, exporter)
+    mlflow = mlflow_stack.start(home / "mlflow")
+    say(f"MLflow tracking server and model registry at {mlflow.url}")
     say("starting Airflow (API server + UI, scheduler, DAG processor, triggerer) ...")
-    connection = {
-        "conn_type": "http",
-        "host": processes.LOOPBACK,
-        "port": prometheus.port,
-        "description": "Prometheus of the embedded simulated fleet",
+    connections = {
+        "prometheus_default": {
+            "conn_type": "http",
+            "host": processes.LOOPBACK,
+            "port": prometheus.port,
+            "description": "Prometheus of the embedded simulated fleet",
+        },
+        "mlflow_default": {
+            "conn_type": "http",
+            "host": processes.LOOPBACK,
+            "port": mlflow.port,
+            "description": "MLflow of the embedded stack",
+        },
     }
-    stack = airflow_stack.start(
-        home / "airflow", REPO, {"prometheus_default": connection}, {"SLICEWISE_HOME": str(home)}
-    )
+    stack = airflow_stack.start(home / "airflow", REPO, connections, {"SLICEWISE_HOME": str(home)})
     say(f"Airflow UI at {stack.api_url} (login {stack.username} / {stack.password})")
     api = AirflowApi(stack.api_url, stack.username, stack.password)
     now = datetime.now(UTC)
@@ -168,6 +177,7 @@ def up(timeout_s: float) -> int:
         say(f"no published partition; quarantine (if any): {paths.quarantine}")
     say(f"Airflow UI:  {stack.api_url}/dags/{INGEST_DAG}  login {stack.username} / {stack.password}")
     say(f"Prometheus:  {prometheus.url}/graph")
+    say(f"MLflow UI:   {mlflow.url}")
     say("stop everything with: make stop")
     return 0 if run["state"] == "success" else 1
 
@@ -175,7 +185,11 @@ def up(timeout_s: float) -> int:
 def down() -> int:
     home = slicewise_home()
     stopped = airflow_stack.stop(home / "airflow")
-    for name, run_dir in (("prometheus", home / "prometheus" / "run"), ("simulator", home / "run")):
+    for name, run_dir in (
+        ("mlflow", home / "mlflow" / "run"),
+        ("prometheus", home / "prometheus" / "run"),
+        ("simulator", home / "run"),
+    ):
         service = processes.recorded(name, run_dir)
         if service is not None:
             processes.stop(service, run_dir)
@@ -189,6 +203,7 @@ def status() -> int:
     recorded = {
         **{name: processes.recorded(name, home / "airflow" / "run") for name in airflow_stack.COMPONENTS},
         "prometheus": processes.recorded("prometheus", home / "prometheus" / "run"),
+        "mlflow": processes.recorded("mlflow", home / "mlflow" / "run"),
         "simulator": processes.recorded("simulator", home / "run"),
     }
     print(json.dumps({name: (s.url if s else None) for name, s in recorded.items()}, indent=2))

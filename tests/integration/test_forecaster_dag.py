@@ -128,3 +128,16 @@ def test_with_mlflow_down_the_update_fails_and_the_champion_is_unchanged(
     assert champion(mlflow_server) == before
     assert len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'")) == before_versions
     assert json.dumps(states)  # states are plain strings, shown in the UI
+
+
+def test_a_new_install_with_too_little_history_skips_with_the_reason(
+    mlflow_server: str, airflow_db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish_hour(store.storage_path(tmp_path.as_uri()), Fleet.default(), FIRST)
+    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", mlflow_server)
+    before = len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'"))
+    states, _ = run_dag(retries=0)
+    assert states["update_model"] == "skipped" and states["publish_forecaster"] == "skipped"
+    assert states["__run__"] == "success"
+    assert len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'")) == before

@@ -19,7 +19,7 @@ from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
 from slicewise.forecasting.promotion import CHAMPION, Decision, decide
 from slicewise.forecasting.spec import ForecasterSpec
 from slicewise.forecasting.training import TrainReport, train
-from slicewise.forecasting.windows import Panel, make_windows, panel_from_frame
+from slicewise.forecasting.windows import Panel, make_windows, panel_from_frame, subsample
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 EVAL_HOURS = 1
 HISTORY_HOURS = 48
+#: Series scored per update: enough for stable metrics, bounded for fleets of 10,000 GPUs.
+EVAL_SERIES = 2000
 
 
 class NotEnoughHistory(RuntimeError):
@@ -163,12 +165,19 @@ def hourly_update(
     champion = registry.load_champion(tracking_uri, spec.name)
     model = _copy(champion.model, spec) if champion is not None else build_model(spec)
 
-    history = truncated(panel, train_until)
     hour = 3600 // panel.step_s
+    # Enough series that the newest hour alone fills the training budget; replay draws from the same ones.
+    per_series = max(1, hour // spec.training.window_stride)
+    train_series = max(1, int(spec.training.max_windows / (1 + spec.training.replay_ratio) / per_series))
+    history = truncated(subsample(panel, train_series, seed), train_until)
     newest_first = max(0, train_until - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
+    # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
+    replay_stride = max(
+        spec.training.window_stride, newest_first // max(1, int(per_series * spec.training.replay_ratio))
+    )
     replay = (
-        make_windows(truncated(history, newest_first), spec, stride=spec.training.window_stride)
+        make_windows(truncated(history, newest_first), spec, stride=replay_stride)
         if newest_first > 0
         else None
     )
@@ -178,11 +187,12 @@ def hourly_update(
     predictors = {MODEL: lambda x: predict(model, x)}
     if champion is not None:
         predictors[CHAMPION] = lambda x: predict(champion.model, x)
-    evaluation: Evaluation = evaluate(panel, spec, predictors, eval_from_step=eval_from)
+    scored = subsample(panel, EVAL_SERIES, seed + 1)
+    evaluation: Evaluation = evaluate(scored, spec, predictors, eval_from_step=eval_from)
     decision: Decision = decide(evaluation, spec)
     log.info("gate for %s: %s", spec.name, decision.reason)
 
-    sample = make_windows(panel, spec, first_step=eval_from).inputs[:8]
+    sample = make_windows(subsample(scored, 8, seed), spec, first_step=eval_from).inputs[:8]
     run_id, version = registry.log_and_register(
         tracking_uri,
         experiment,

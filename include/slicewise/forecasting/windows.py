@@ -157,3 +157,18 @@ def make_windows(
         np.concatenate(rows).astype(np.int64),
         np.concatenate(steps).astype(np.int64),
     )
+
+
+def subsample(panel: Panel, max_series: int, seed: int) -> Panel:
+    """At most ``max_series`` rows of the panel, chosen at random (seeded); the panel itself when smaller.
+
+    Bounds the memory and time of training and evaluation on fleets of many thousands of GPUs: one global model
+    learns from a sample of series as well as from all of them.
+    """
+    n_series = len(panel.keys)
+    if n_series <= max_series:
+        return panel
+    rows = np.sort(np.random.default_rng(seed).choice(n_series, size=max_series, replace=False))
+    return Panel(
+        [panel.keys[i] for i in rows], panel.timestamps, panel.load[rows], panel.memory[rows], panel.step_s
+    )

@@ -73,6 +73,8 @@ def environment(
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(processes.free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(processes.free_port()),
         "AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL": "30",
+        # On 2 busy cores the API server can take longer than the 5 s default to answer a starting task.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         **{f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn) for conn_id, conn in connections.items()},
         **(extra or {}),
     }

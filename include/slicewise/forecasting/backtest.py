@@ -1,0 +1,243 @@
+"""Backtest the forecaster on any long-format utilisation table: train on the past, score on the future.
+
+:func:`panel_from_long` turns a ``(timestamp, series, value)`` table (a public trace, an export) into a
+:class:`~slicewise.forecasting.windows.Panel`; :func:`run_backtest` trains a fresh model on the first part of
+that panel's time axis and scores it against every baseline on the rest. Only :func:`run_backtest` imports
+TensorFlow, and only once it knows there is something to train on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slicewise.forecasting.evaluation import held_out_windows
+from slicewise.forecasting.windows import Panel, Windows, make_windows
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from slicewise.forecasting.spec import ForecasterSpec
+
+#: Refuse panels larger than this many cells (series x steps): a dense grid over many short-lived series
+#: spread across weeks would otherwise exhaust memory in ``make_windows`` rather than fail with a reason.
+MAX_PANEL_CELLS = 30_000_000
+
+#: The model's entry in the result, next to the baselines' names.
+LSTM = "lstm"
+
+
+def panel_from_long(
+    frame: pd.DataFrame,
+    timestamp_col: str,
+    series_col: str,
+    value_col: str,
+    step_s: int,
+    value_scale: float,
+    *,
+    max_cells: int = MAX_PANEL_CELLS,
+) -> Panel:
+    """Resample a long table onto one regular grid shared by all series.
+
+    The grid runs every ``step_s`` seconds from the earliest timestamp (rounded down to a multiple of
+    ``step_s``) to the latest, in any series. Step ``k`` holds the mean of the series' non-NaN values with timestamps in
+    ``[t0 + k * step_s, t0 + (k + 1) * step_s)``, divided by ``value_scale``; NaN where there are none, so
+    gaps, late starts and early ends of a series stay visible as missing. Timestamps are unix seconds
+    (numbers) or datetimes. Rows with no timestamp or series are dropped. Series are sorted by their id and
+    keyed ``(id, 0, "")``; ``memory`` is all NaN (a long table carries one signal).
+
+    Raises ``ValueError`` (with the reason) for a missing column, a non-numeric value or timestamp, an
+    infinite value, a non-positive ``step_s`` or ``value_scale``, no usable rows, or a grid above
+    ``max_cells`` cells.
+    """
+    import pandas as pd
+
+    if int(step_s) != step_s or step_s < 1:
+        raise ValueError(f"step_s must be a positive whole number of seconds, got {step_s!r}")
+    if not (math.isfinite(value_scale) and value_scale > 0):
+        raise ValueError(f"value_scale must be a positive number, got {value_scale!r}")
+    missing = [c for c in (timestamp_col, series_col, value_col) if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"column(s) {', '.join(map(repr, missing))} not found; the table has {list(frame.columns)}"
+        )
+
+    seconds = _seconds(frame[timestamp_col], timestamp_col)
+    try:
+        values = pd.to_numeric(frame[value_col], errors="raise").to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"column {value_col!r} is not numeric: {exc}") from exc
+    if np.isinf(values).any():
+        raise ValueError(f"column {value_col!r} holds infinite values; mark missing samples with NaN")
+    series = frame[series_col]
+    usable = ~np.isnan(seconds) & series.notna().to_numpy()
+    if not usable.any():
+        raise ValueError("no row has both a timestamp and a series id")
+    seconds, values = seconds[usable], values[usable] / value_scale
+    ids = series[usable].astype(str).to_numpy()
+
+    names, rows = np.unique(ids, return_inverse=True)  # sorted ids; rows[i] is row i's series
+    # Steps on multiples of step_s (whole clock minutes for 60 s), not from the first sample: a few seconds'
+    # jitter in whichever series happens to start first must not shift every bucket of every series.
+    t0 = math.floor(seconds.min() / step_s) * int(step_s)
+    buckets = ((seconds - t0) // step_s).astype(np.int64)
+    n_series, n_steps = len(names), int(buckets.max()) + 1
+    if n_series * n_steps > max_cells:
+        raise ValueError(
+            f"the grid would hold {n_series:,} series x {n_steps:,} steps = {n_series * n_steps:,} cells "
+            f"(limit {max_cells:,}); use a coarser step or a shorter time span"
+        )
+    # Mean per (series, step) as sum / count over flat cell indices: one pass, no per-series Python loop.
+    seen = ~np.isnan(values)
+    cells = rows[seen].astype(np.int64) * n_steps + buckets[seen]
+    sums = np.bincount(cells, weights=values[seen], minlength=n_series * n_steps)
+    counts = np.bincount(cells, minlength=n_series * n_steps)
+    load = np.divide(sums, counts, out=np.full(n_series * n_steps, np.nan), where=counts > 0)
+    timestamps = t0 + np.arange(n_steps, dtype=np.int64) * int(step_s)
+    return Panel(
+        keys=[(str(name), 0, "") for name in names],
+        timestamps=timestamps,
+        load=load.reshape(n_series, n_steps),
+        memory=np.full((n_series, n_steps), np.nan),
+        step_s=int(step_s),
+    )
+
+
+def backtest_spec(spec: ForecasterSpec, horizon_minutes: int, step_s: int) -> ForecasterSpec:
+    """``spec`` for one horizon on a ``step_s`` grid; the promotion horizon follows, so the copy stays valid."""
+    return dataclasses.replace(
+        spec,
+        step_s=int(step_s),
+        horizons_minutes=(int(horizon_minutes),),
+        promotion=dataclasses.replace(spec.promotion, horizon_minutes=int(horizon_minutes)),
+    )
+
+
+def run_backtest(
+    panel: Panel,
+    spec: ForecasterSpec,
+    train_fraction: float,
+    horizon_minutes: int,
+    *,
+    seed: int = 0,
+    time_budget_s: float | None = None,
+) -> dict[str, Any]:
+    """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest.
+
+    The split is one step in global time, ``int(n_steps * train_fraction)``: training windows (every
+    ``spec.training.window_stride`` steps) come from the panel truncated there, so no training target reaches
+    past it; held-out windows end at or after it (stride 1). The model is ``build_model`` of ``spec`` narrowed
+    to ``horizon_minutes`` and the panel's step, trained with :func:`~slicewise.forecasting.training.train`
+    (the newest windows plus a replay of older ones, within ``time_budget_s``, default the spec's).
+
+    Returns a JSON-safe dict: ``horizon_minutes``; ``models``, mapping ``"lstm"`` and every baseline to its
+    metrics (``mae, smape, mase, pinball_p50, pinball_p90, under_provision_rate_p90`` for the shipped spec,
+    NaN as ``None``) and ``n`` (windows scored, an int); ``train_windows``, ``test_windows``,
+    ``train_seconds``; and, for the record, ``fitted_windows``, ``epochs``, ``series``, ``steps``, ``step_s``
+    and ``split_step``.
+
+    Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
+    use (one that does not divide an hour), or a panel too short to give both training and held-out windows.
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must lie strictly between 0 and 1, got {train_fraction!r}")
+    if int(horizon_minutes) != horizon_minutes or horizon_minutes < 1:
+        raise ValueError(f"horizon_minutes must be a positive whole number, got {horizon_minutes!r}")
+    if 3600 % panel.step_s:
+        raise ValueError(f"step_s={panel.step_s} does not divide an hour; the hourly baselines need it to")
+    spec = backtest_spec(spec, int(horizon_minutes), panel.step_s)
+    n_series, n_steps = panel.load.shape
+    split = int(n_steps * train_fraction)
+    if split < 1 or split >= n_steps:
+        raise ValueError(f"{n_steps} steps are too few to split at {train_fraction}")
+    train_panel = dataclasses.replace(
+        panel,
+        timestamps=panel.timestamps[:split],
+        load=panel.load[:, :split],
+        memory=panel.memory[:, :split],
+    )
+    train_windows = make_windows(train_panel, spec, stride=spec.training.window_stride)
+    test_windows = held_out_windows(panel, spec, split)
+    if not len(train_windows.inputs) or not len(test_windows.inputs):
+        raise ValueError(
+            f"too little data for a {horizon_minutes}-minute backtest: {len(train_windows.inputs)} training "
+            f"and {len(test_windows.inputs)} held-out windows (each needs {spec.min_observed_steps} observed "
+            f"steps in its {spec.window_steps}-step history and a known target)"
+        )
+
+    import keras
+
+    from slicewise.forecasting.evaluation import evaluate
+    from slicewise.forecasting.model import build_model, predict
+    from slicewise.forecasting.training import train
+
+    keras.utils.set_random_seed(
+        seed
+    )  # train() seeds too, but only after build_model drew the initial weights
+    model = build_model(spec)
+    new, replay = _new_and_replay(train_windows, spec)
+    report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
+    evaluation = evaluate(
+        panel, spec, {LSTM: lambda inputs: predict(model, inputs)}, eval_from_step=split, windows=test_windows
+    )
+    models = {name: _json_metrics(by_h[int(horizon_minutes)]) for name, by_h in evaluation.scores.items()}
+    return {
+        "horizon_minutes": int(horizon_minutes),
+        "models": models,
+        "train_windows": len(train_windows.inputs),
+        "test_windows": evaluation.windows,
+        "train_seconds": round(report.seconds, 3),
+        "fitted_windows": report.new_windows + report.replay_windows,
+        "epochs": report.epochs,
+        "series": n_series,
+        "steps": n_steps,
+        "step_s": panel.step_s,
+        "split_step": split,
+    }
+
+
+def _new_and_replay(windows: Windows, spec: ForecasterSpec) -> tuple[Windows, Windows | None]:
+    """The newest windows as the "new" data of an hourly update, the older ones as its replay pool.
+
+    Mirrors production, where an update sees the latest hour plus a sample of history, and keeps the fitted
+    set within ``max_windows`` (``train`` takes all new windows up to its share and samples the replay).
+    """
+    limit = spec.training.max_windows
+    n_new = max(1, int(limit / (1 + spec.training.replay_ratio)))
+    if len(windows.inputs) <= n_new:
+        return windows, None
+    order = np.argsort(windows.step, kind="stable")[::-1]
+    return _subset(windows, order[:n_new]), _subset(windows, order[n_new:])
+
+
+def _subset(windows: Windows, index: np.ndarray) -> Windows:
+    return Windows(windows.inputs[index], windows.targets[index], windows.series[index], windows.step[index])
+
+
+def _seconds(column: pd.Series, name: str) -> np.ndarray:
+    """Unix seconds as float64 (NaN where missing) from a numeric or datetime column."""
+    import pandas as pd
+
+    if pd.api.types.is_datetime64_any_dtype(column):
+        stamps = column.dt.tz_convert("UTC").dt.tz_localize(None) if column.dt.tz is not None else column
+        # Not astype("int64") // 1e9: pandas 3 keeps a column's own unit (s, ms, us or ns).
+        delta = (stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+        return delta.to_numpy(dtype=np.float64, na_value=np.nan)
+    try:
+        return pd.to_numeric(column, errors="raise").to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"column {name!r} is neither unix seconds nor datetimes: {exc}") from exc
+
+
+def _json_metrics(scores: dict[str, float]) -> dict[str, float | int | None]:
+    """Metrics with NaN (nothing to score) as ``None`` and the window count as an int."""
+    out: dict[str, float | int | None] = {}
+    for name, value in scores.items():
+        if name == "n":
+            out[name] = int(value)
+        else:
+            out[name] = float(value) if math.isfinite(value) else None
+    return out

@@ -1,0 +1,227 @@
+"""Backtests on long-format traces: resampling onto a grid, the CLI's exit codes, and end-to-end runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from slicewise.cli import main
+from slicewise.forecasting.backtest import panel_from_long, run_backtest
+from slicewise.forecasting.baselines import BASELINES
+from slicewise.forecasting.spec import MODELS_DIR, load_specs
+
+T0 = 1_764_410_400  # a Saturday 10:00 UTC
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
+METRICS = ("mae", "smape", "mase", "pinball_p50", "pinball_p90", "under_provision_rate_p90", "n")
+
+
+def long(rows: Sequence[tuple[float, str, object]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["ts", "pod", "util"])
+
+
+# --- panel_from_long ------------------------------------------------------------------------------------------
+
+
+def test_57s_sampling_onto_60s_averages_shared_buckets_and_leaves_no_gaps() -> None:
+    times = T0 + 57 * np.arange(100)
+    values = np.arange(100, dtype=float)
+    frame = pd.DataFrame({"ts": times, "pod": "a", "util": values})
+    panel = panel_from_long(frame, "ts", "pod", "util", 60, 1.0)
+    n_steps = (times[-1] - T0) // 60 + 1
+    assert panel.load.shape == (1, n_steps)
+    assert panel.timestamps.tolist() == (T0 + 60 * np.arange(n_steps)).tolist()
+    # 57 s < 60 s: every bucket holds one or two samples, never none.
+    assert not np.isnan(panel.load).any()
+    buckets = (times - T0) // 60
+    expected = [values[buckets == k].mean() for k in range(n_steps)]
+    np.testing.assert_allclose(panel.load[0], expected)
+    assert (np.bincount(buckets) == 2).sum() > 0  # the case that needs a mean did occur
+
+
+def test_gaps_become_nan_and_value_scale_divides() -> None:
+    rows = [(T0, "a", 50.0), (T0 + 60, "a", 10.0), (T0 + 70, "a", 30.0), (T0 + 300, "a", 100.0)]
+    panel = panel_from_long(long(rows), "ts", "pod", "util", 60, 100.0)
+    np.testing.assert_allclose(panel.load[0], [0.5, 0.2, np.nan, np.nan, np.nan, 1.0])
+    assert np.isnan(panel.memory).all()
+
+
+def test_series_of_different_lengths_share_one_grid_from_global_min_to_max() -> None:
+    rows = [(T0 + 60 * i, "late", 0.5) for i in range(5, 20)] + [
+        (T0 + 60 * i + 3, "early", 0.1) for i in range(8)
+    ]
+    panel = panel_from_long(long(rows), "ts", "pod", "util", 60, 1.0)
+    assert panel.keys == [("early", 0, ""), ("late", 0, "")]  # sorted ids
+    assert panel.load.shape == (2, 20) and panel.timestamps[0] == T0
+    assert not np.isnan(panel.load[0, :8]).any() and np.isnan(panel.load[0, 8:]).all()
+    assert np.isnan(panel.load[1, :5]).all() and not np.isnan(panel.load[1, 5:]).any()
+
+
+def test_nan_values_are_skipped_and_datetimes_read_like_seconds() -> None:
+    rows = [(T0, "a", np.nan), (T0 + 10, "a", 0.4), (T0 + 60, "a", np.nan), (T0 + 120, "b", 0.9)]
+    by_seconds = panel_from_long(long(rows), "ts", "pod", "util", 60, 1.0)
+    np.testing.assert_allclose(by_seconds.load, [[0.4, np.nan, np.nan], [np.nan, np.nan, 0.9]])
+    as_dates = long(rows).assign(ts=lambda f: pd.to_datetime(f["ts"], unit="s", utc=True))
+    by_dates = panel_from_long(as_dates, "ts", "pod", "util", 60, 1.0)
+    np.testing.assert_array_equal(by_dates.timestamps, by_seconds.timestamps)
+    np.testing.assert_allclose(by_dates.load, by_seconds.load)
+
+
+@pytest.mark.parametrize(
+    ("frame", "kwargs", "message"),
+    [
+        (long([(T0, "a", 1.0)]), {"value_col": "nope"}, "'nope' not found"),
+        (long([(T0, "a", 1.0)]), {"step_s": 0}, "step_s"),
+        (long([(T0, "a", 1.0)]), {"value_scale": 0.0}, "value_scale"),
+        (long([(T0, "a", "busy")]), {}, "not numeric"),
+        (long([(T0, "a", math.inf)]), {}, "infinite"),
+        (long([(T0, "a", 1.0), (T0 + 86_400, "b", 1.0)]), {"max_cells": 1000}, "cells"),
+    ],
+)
+def test_unusable_input_is_a_value_error_that_names_the_problem(
+    frame: pd.DataFrame, kwargs: dict[str, Any], message: str
+) -> None:
+    args: dict[str, Any] = {"timestamp_col": "ts", "series_col": "pod", "value_col": "util"}
+    args |= {"step_s": 60, "value_scale": 1.0} | kwargs
+    with pytest.raises(ValueError, match=message):
+        panel_from_long(frame, **args)
+
+
+def test_run_backtest_refuses_a_panel_too_short_for_any_window_before_loading_tensorflow() -> None:
+    panel = panel_from_long(long([(T0 + 60 * i, "a", 0.5) for i in range(30)]), "ts", "pod", "util", 60, 1.0)
+    with pytest.raises(ValueError, match="too little data"):
+        run_backtest(panel, load_specs()[0], 0.7, 15)
+    with pytest.raises(ValueError, match="train_fraction"):
+        run_backtest(panel, load_specs()[0], 1.0, 15)
+
+
+# --- the CLI ----------------------------------------------------------------------------------------------------
+
+
+def synthetic_csv(path: Path, hours: float = 36, n_series: int = 3) -> Path:
+    """Pods with a daily sine plus noise, sampled about every 60 s (jittered), in percent.
+
+    A day and a half, because ``seasonal_naive_24h`` only has a basis for held-out windows a day in.
+    """
+    rng = np.random.default_rng(7)
+    frames = []
+    for i in range(n_series):
+        n = int(hours * 60)
+        seconds = T0 + 60 * np.arange(n) + rng.uniform(0, 20, size=n)
+        phase = 2 * np.pi * (seconds % 86_400) / 86_400 + i
+        util = np.clip(50 + 30 * np.sin(phase) + rng.normal(0, 8, size=n), 0, 100)
+        frames.append(pd.DataFrame({"timestamp_anon": seconds, "value": util, "container_ip": f"10.0.0.{i}"}))
+    pd.concat(frames).to_csv(path, index=False)
+    return path
+
+
+def tiny_spec_file(path: Path) -> Path:
+    raw = yaml.safe_load((MODELS_DIR / "gpu_load_forecaster.yaml").read_text())
+    raw |= {"window_steps": 16, "min_observed_steps": 8}
+    raw["architecture"] |= {"lstm_units": 8, "dense_units": 8, "dropout": 0.0}
+    raw["training"] |= {"epochs_per_update": 2, "batch_size": 64, "time_budget_s": 10, "learning_rate": 0.01}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def cli_args(csv: Path, *extra: str, fraction: str = "0.7") -> list[str]:
+    return [
+        "forecast-backtest",
+        "--csv",
+        str(csv),
+        "--timestamp-col",
+        "timestamp_anon",
+        "--series-col",
+        "container_ip",
+        "--value-col",
+        "value",
+        "--train-fraction",
+        fraction,
+        "--horizon-minutes",
+        "15",
+        "--value-scale",
+        "100",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "fraction"),
+    [("missing file", "0.7"), ("missing column", "0.7"), ("fraction 0", "0"), ("fraction 1.5", "1.5"),
+     ("too little data", "0.7"), ("not numeric", "0.7"), ("bad spec", "0.7")],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_line_on_stderr(
+    case: str, fraction: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "trace.csv"
+    extra: list[str] = []
+    if case == "missing column":
+        pd.DataFrame({"timestamp_anon": [T0], "value": [1.0], "pod": ["a"]}).to_csv(csv, index=False)
+    elif case == "too little data":
+        synthetic_csv(csv, hours=0.25, n_series=1)
+    elif case == "not numeric":
+        pd.DataFrame({"timestamp_anon": [T0], "value": ["busy"], "container_ip": ["a"]}).to_csv(
+            csv, index=False
+        )
+    elif case != "missing file":
+        synthetic_csv(csv, hours=1, n_series=1)
+    if case == "bad spec":
+        (tmp_path / "spec.yaml").write_text("name: x\n")
+        extra = ["--spec", str(tmp_path / "spec.yaml")]
+    code = main(cli_args(csv, *extra, fraction=fraction))
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("forecast-backtest: ")
+
+
+def test_json_backtest_on_a_synthetic_trace_scores_the_model_and_every_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("keras")
+    csv, spec = synthetic_csv(tmp_path / "trace.csv"), tiny_spec_file(tmp_path / "spec.yaml")
+    code = main(cli_args(csv, "--spec", str(spec), "--json"))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1  # exactly one JSON object
+    result = json.loads(out)
+    assert result["horizon_minutes"] == 15
+    assert result["train_windows"] > 0 and result["test_windows"] > 0 and result["train_seconds"] >= 0
+    assert set(result["models"]) == {"lstm", *BASELINES}
+    for name, scores in result["models"].items():
+        assert set(METRICS) <= set(scores), name
+        assert scores["n"] > 0, name
+        assert all(scores[m] is not None and math.isfinite(scores[m]) for m in METRICS), name
+        assert 0 <= scores["under_provision_rate_p90"] <= 1
+    # The table form reads the same result: every model on a row, a winner marked.
+    code = main(cli_args(csv, "--spec", str(spec)))
+    table = capsys.readouterr().out
+    assert code == 0 and all(name in table for name in result["models"]) and "*" in table
+
+
+@pytest.mark.traces
+def test_backtest_on_the_alibaba_genai_trace_is_sane(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("keras")
+    trace = TRACES / "alibaba_gentd26_gpu_util_dev.csv"
+    if not trace.is_file():
+        pytest.skip(
+            f"public GPU trace not found: {trace} (expected in ../shared/data/traces next to the checkout)"
+        )
+    code = main([*cli_args(trace, "--json", "--time-budget-s", "5")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert set(result["models"]) == {"lstm", *BASELINES}
+    assert result["train_windows"] > 0 and result["test_windows"] > 0
+    lstm = result["models"]["lstm"]
+    assert lstm["n"] > 0 and all(lstm[m] is not None and math.isfinite(lstm[m]) for m in METRICS)
+    for scores in result["models"].values():
+        rate = scores["under_provision_rate_p90"]
+        assert rate is None or 0 <= rate <= 1
