@@ -63,16 +63,18 @@ def evaluate(
     windows = held_out_windows(panel, spec, eval_from_step) if windows is None else windows
     scores: dict[str, dict[int, dict[str, float]]] = {}
     history = panel.load[:, :eval_from_step]
+    # One forward pass per predictor gives every horizon at once.
+    predicted = {
+        name: predictor(windows.inputs)
+        if len(windows.inputs)
+        else np.empty((0, len(spec.horizons_minutes), len(spec.quantiles)))
+        for name, predictor in predictors.items()
+    }
     for h_index, (minutes, steps) in enumerate(zip(spec.horizons_minutes, spec.horizon_steps(), strict=True)):
         actual = windows.targets[:, h_index].astype(float)
         scale = metrics.naive_mae(history, steps) if history.shape[1] > steps else float("nan")
-        for name, predictor in predictors.items():
-            quantiles = (
-                predictor(windows.inputs)[:, h_index, :]
-                if len(windows.inputs)
-                else np.empty((0, len(spec.quantiles)))
-            )
-            by_q = {q: quantiles[:, i] for i, q in enumerate(spec.quantiles)}
+        for name, quantiles in predicted.items():
+            by_q = {q: quantiles[:, h_index, i] for i, q in enumerate(spec.quantiles)}
             scores.setdefault(name, {})[minutes] = metrics.score(
                 actual, by_q, naive_mae=scale, upper_quantile=spec.upper_quantile
             )

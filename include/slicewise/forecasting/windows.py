@@ -115,15 +115,15 @@ def make_windows(
             np.nan_to_num(panel.memory),
         ],
         axis=-1,
-    )  # (n_series, n_steps, 3)
-    clock = time_features(panel.timestamps)  # (n_steps, 4)
+    ).astype(np.float32)  # (n_series, n_steps, 3); float32: windows are many and the model reads float32
+    clock = time_features(panel.timestamps).astype(np.float32)  # (n_steps, 4)
     # Left-pad so a window may start before the panel does (unobserved, with extrapolated clock features).
     pad_clock = (
-        time_features(panel.timestamps[0] - np.arange(width - 1, 0, -1) * panel.step_s)
+        time_features(panel.timestamps[0] - np.arange(width - 1, 0, -1) * panel.step_s).astype(np.float32)
         if n_steps
-        else np.empty((0, 4))
+        else np.empty((0, 4), np.float32)
     )
-    padded = np.concatenate([np.zeros((n_series, width - 1, 3)), per_step], axis=1)
+    padded = np.concatenate([np.zeros((n_series, width - 1, 3), np.float32), per_step], axis=1)
     padded_clock = np.concatenate([pad_clock, clock], axis=0)
     padded_observed = np.concatenate([np.zeros((n_series, width - 1), dtype=bool), observed], axis=1)
     counts = np.concatenate([np.zeros((n_series, 1)), np.cumsum(padded_observed, axis=1)], axis=1)
@@ -169,6 +169,11 @@ def subsample(panel: Panel, max_series: int, seed: int) -> Panel:
     if n_series <= max_series:
         return panel
     rows = np.sort(np.random.default_rng(seed).choice(n_series, size=max_series, replace=False))
+    return subsample_rows(panel, rows)
+
+
+def subsample_rows(panel: Panel, rows: np.ndarray) -> Panel:
+    """The panel restricted to ``rows`` (in that order)."""
     return Panel(
         [panel.keys[i] for i in rows], panel.timestamps, panel.load[rows], panel.memory[rows], panel.step_s
     )
