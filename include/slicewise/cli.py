@@ -1,4 +1,4 @@
-"""The ``slicewise`` command line: ``slicewise validate PATH``, ``slicewise simulate ...``.
+"""The ``slicewise`` command line: ``validate PATH``, ``simulate ...``, ``forecast-backtest ...``.
 
 Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
 """

@@ -7,6 +7,7 @@ processes on 127.0.0.1, SQLite metadata, LocalExecutor.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -85,19 +86,13 @@ def migrate(env: Mapping[str, str], log: Path) -> None:
     with log.open("ab") as out:
         result = subprocess.run(
             [airflow_binary(), "db", "migrate"],
-            env={**_base_env(), **env},
+            env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT,
             check=False,
         )
     if result.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed; see {log}:\n{processes.tail(log)}")
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def start(
