@@ -3,8 +3,8 @@
 ``up`` starts, on 127.0.0.1 only, the simulated fleet's exporter, a real Prometheus holding a backfilled week of
 the fleet's history and scraping the exporter live, an MLflow tracking server, and Airflow (API server + UI,
 scheduler, DAG processor, triggerer). It then follows the scheduler's run of ``gpu_metrics_ingest`` for the
-latest complete hour and prints where everything is. Everything it starts is recorded under ``var/run`` (pid + start time), so ``down``
-stops exactly that, and a second ``up`` reuses what is running.
+latest complete hour and prints where everything is. Everything it starts is recorded under ``var/`` (pid and
+start time), so ``down`` stops exactly that, and a second ``up`` reuses what is running.
 """
 
 from __future__ import annotations
