@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slicewise import schema
-from slicewise.forecasting.baselines import future_mean
+from slicewise.forecasting.baselines import future_mean, mean_last_hour, p90_last_hour
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +23,19 @@ if TYPE_CHECKING:
 
 #: Per-step input features, in order. Missing load is fed as 0 with ``observed`` = 0, so gaps and the padding
 #: before a new GPU's first sample are visible to the model rather than read as idle time.
-FEATURES = ("load", "observed", "memory", "hour_sin", "hour_cos", "dow_sin", "dow_cos")
+FEATURES = (
+    "load",
+    "observed",
+    "memory",
+    "hour_mean",
+    "hour_p90",
+    "hour_sin",
+    "hour_cos",
+    "dow_sin",
+    "dow_cos",
+)
+#: Features per series and step (the rest are the clock, shared by all series).
+SERIES_FEATURES = 5
 
 
 @dataclass(frozen=True)
@@ -108,14 +120,18 @@ def make_windows(
         else np.empty((n_series, 0, len(horizons)))
     )
     observed = ~np.isnan(panel.load)
+    # The last hour's mean and P90 as inputs: the strongest baselines, so the model only has to learn what to add.
+    recent = {"step_s": panel.step_s, "horizon_steps": 1}
     per_step = np.stack(
         [
             np.nan_to_num(panel.load),
             observed.astype(float),
             np.nan_to_num(panel.memory),
+            np.nan_to_num(mean_last_hour(panel.load, **recent)) if n_steps else panel.load,
+            np.nan_to_num(p90_last_hour(panel.load, **recent)) if n_steps else panel.load,
         ],
         axis=-1,
-    ).astype(np.float32)  # (n_series, n_steps, 3); float32: windows are many and the model reads float32
+    ).astype(np.float32)  # (n_series, n_steps, 5); float32: windows are many and the model reads float32
     clock = time_features(panel.timestamps).astype(np.float32)  # (n_steps, 4)
     # Left-pad so a window may start before the panel does (unobserved, with extrapolated clock features).
     pad_clock = (
@@ -123,7 +139,7 @@ def make_windows(
         if n_steps
         else np.empty((0, 4), np.float32)
     )
-    padded = np.concatenate([np.zeros((n_series, width - 1, 3), np.float32), per_step], axis=1)
+    padded = np.concatenate([np.zeros((n_series, width - 1, SERIES_FEATURES), np.float32), per_step], axis=1)
     padded_clock = np.concatenate([pad_clock, clock], axis=0)
     padded_observed = np.concatenate([np.zeros((n_series, width - 1), dtype=bool), observed], axis=1)
     counts = np.concatenate([np.zeros((n_series, 1)), np.cumsum(padded_observed, axis=1)], axis=1)
