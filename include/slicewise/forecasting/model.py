@@ -38,8 +38,10 @@ class MonotoneQuantiles(layers.Layer):
         self.median.build(input_shape)
         self.steps.build(input_shape)
 
-    def call(self, hidden: Any) -> Any:
+    def call(self, hidden: Any, anchor: Any = None) -> Any:
         median = ops.reshape(self.median(hidden), (-1, self.horizons, 1))
+        if anchor is not None:  # residual: the head learns a correction to the anchor, not the level itself
+            median = median + ops.reshape(anchor, (-1, 1, 1))
         if self.quantiles == 1:
             return median
         steps = ops.reshape(self.steps(hidden), (-1, self.horizons, self.quantiles - 1))
@@ -55,6 +57,21 @@ class LastStep(layers.Layer):
 
     def call(self, sequence: Any) -> Any:
         return sequence[:, -1:, :]
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class LastValueOf(layers.Layer):
+    """(batch, time, features) -> (batch, 1): one feature at the newest step."""
+
+    def __init__(self, feature: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.feature = feature
+
+    def call(self, window: Any) -> Any:
+        return window[:, -1, self.feature : self.feature + 1]
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "feature": self.feature}
 
 
 @keras.saving.register_keras_serializable(package="slicewise")
@@ -89,7 +106,11 @@ def build_model(spec: ForecasterSpec) -> keras.Model:
     hidden = layers.Dropout(arch.dropout)(hidden)
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
-    outputs = MonotoneQuantiles(len(spec.horizons_minutes), len(spec.quantiles), name="quantiles")(hidden)
+    # Anchored on the last hour's mean load: the strongest simple forecast is where the model starts.
+    anchor = LastValueOf(FEATURES.index("hour_mean"), name="anchor")(inputs)
+    outputs = MonotoneQuantiles(len(spec.horizons_minutes), len(spec.quantiles), name="quantiles")(
+        hidden, anchor
+    )
     model = keras.Model(inputs, outputs, name=spec.name)
     model.compile(
         optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
