@@ -94,7 +94,7 @@ def _remove_stale_staging(paths: store.PartitionPaths) -> None:
             leftover.fs.rm(leftover.path, recursive=True)
 
 
-def previous_keys(root: ObjectStoragePath, start: datetime, settings: Settings) -> pd.DataFrame | None:
+def previous_keys(root: ObjectStoragePath, start: datetime) -> pd.DataFrame | None:
     """Distinct GPU series of the previous hour's *published* partition, or None when there is none."""
     from datetime import timedelta
 
@@ -122,7 +122,7 @@ def validate(staging_url: str, start: datetime, end: datetime, settings: Setting
             interval_end=end,
             step_s=settings.step_s,
             settings=settings,
-            previous_keys=previous_keys(root, start, settings),
+            previous_keys=previous_keys(root, start),
         ),
         validation.validate_demand_frame(demand, interval_start=start, interval_end=end),
     )

@@ -77,8 +77,8 @@ def latest_published_end(root: ObjectStoragePath) -> datetime | None:
     return newest + timedelta(hours=1) if newest else None
 
 
-def split_steps(panel: Panel, spec: ForecasterSpec) -> tuple[int, int]:
-    """(eval_from, train_until): held-out windows end in the last ``EVAL_HOURS`` hours that still have a full
+def split_steps(panel: Panel, spec: ForecasterSpec) -> int:
+    """The step ``eval_from``: held-out windows end in the last ``EVAL_HOURS`` hours that still have a full
     longest-horizon future; training sees only the panel before ``eval_from``, so its targets end there too."""
     hour = 3600 // panel.step_s
     eval_from = panel.load.shape[1] - EVAL_HOURS * hour - max(spec.horizon_steps())
@@ -87,7 +87,7 @@ def split_steps(panel: Panel, spec: ForecasterSpec) -> tuple[int, int]:
             f"{panel.load.shape[1] * panel.step_s / 3600:.1f} h of history; need more than "
             f"{EVAL_HOURS} h held out + {max(spec.horizons_minutes)} min of horizon + some to train on"
         )
-    return eval_from, eval_from
+    return eval_from
 
 
 def truncated(panel: Panel, steps: int) -> Panel:
@@ -164,7 +164,7 @@ def hourly_update(
     from slicewise.forecasting.model import build_model, predict
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
-    eval_from, train_until = split_steps(panel, spec)
+    eval_from = split_steps(panel, spec)
     champion = registry.load_champion(tracking_uri, spec.name)
     model = _copy(champion.model, spec) if champion is not None else build_model(spec)
 
@@ -172,8 +172,8 @@ def hourly_update(
     # Enough series that the newest hour alone fills the training budget; replay draws from the same ones.
     per_series = max(1, hour // spec.training.window_stride)
     train_series = max(1, int(spec.training.max_windows / (1 + spec.training.replay_ratio) / per_series))
-    history = truncated(subsample(panel, train_series, seed), train_until)
-    newest_first = max(0, train_until - hour)
+    history = truncated(subsample(panel, train_series, seed), eval_from)
+    newest_first = max(0, eval_from - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
     # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
     replay_stride = max(

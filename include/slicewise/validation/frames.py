@@ -10,9 +10,9 @@ Each frame goes through suites in order, all in one ephemeral GX context:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slicewise import schema
 from slicewise.validation.report import ValidationReport, from_runs
@@ -45,18 +45,7 @@ def validate_gpu_frame(
         raise ValueError(f"step_s must be positive, got {step_s}")
     if previous_keys is not None and not set(schema.GPU_KEY) <= set(previous_keys.columns):
         raise ValueError(f"previous_keys needs the columns {', '.join(schema.GPU_KEY)}")
-    raw = frame.reset_index(drop=True)
-    present = [str(column) for column in raw.columns]
-    runner = engine.Runner(f"{start:%Y-%m-%dT%H%M}Z")
-    schema_run = runner.run(
-        "gpu_schema",
-        raw,
-        suite.gpu_schema(present),
-        usable=present,
-        labels=None,
-        result_format=engine.SAMPLE_RESULT_FORMAT,
-    )
-    usable = engine.usable_columns(schema_run.result, present)
+    raw, runner, schema_run, usable = _check_schema(frame, start, "gpu_schema", suite.gpu_schema)
     sample_checks = suite.gpu_samples(start, end)
     samples = raw
     if {"model_name", "mig_profile", "fb_used_mib", "fb_free_mib"} <= usable:
@@ -106,18 +95,7 @@ def validate_demand_frame(
     from slicewise.validation import engine, suite
 
     start, end = _bounds(interval_start, interval_end)
-    raw = frame.reset_index(drop=True)
-    present = [str(column) for column in raw.columns]
-    runner = engine.Runner(f"{start:%Y-%m-%dT%H%M}Z")
-    schema_run = runner.run(
-        "demand_schema",
-        raw,
-        suite.demand_schema(present),
-        usable=present,
-        labels=None,
-        result_format=engine.SAMPLE_RESULT_FORMAT,
-    )
-    usable = engine.usable_columns(schema_run.result, present)
+    raw, runner, schema_run, usable = _check_schema(frame, start, "demand_schema", suite.demand_schema)
     key = [schema.TIMESTAMP, "namespace", "pod", "container", "resource"]
     labelled = set(key) <= usable
     rows_run = runner.run(
@@ -136,6 +114,21 @@ def _demand_labels(frame: pd.DataFrame) -> Sequence[str]:
     when = frame[schema.TIMESTAMP].dt.strftime("%H:%M:%S").astype("string").fillna("?")
     name = frame["namespace"] + "/" + frame["pod"] + "/" + frame["container"] + " " + frame["resource"]
     return (name.astype("string").fillna("?") + " at " + when).tolist()
+
+
+def _check_schema(
+    frame: pd.DataFrame, start: pd.Timestamp, name: str, build: Callable[[list[str]], Any]
+) -> tuple[pd.DataFrame, Any, Any, set[str]]:
+    """Run the schema suite first; returns the frame, the runner, the run and the columns later suites may read."""
+    from slicewise.validation import engine
+
+    raw = frame.reset_index(drop=True)
+    present = [str(column) for column in raw.columns]
+    runner = engine.Runner(f"{start:%Y-%m-%dT%H%M}Z")
+    schema_run = runner.run(
+        name, raw, build(present), usable=present, labels=None, result_format=engine.SAMPLE_RESULT_FORMAT
+    )
+    return raw, runner, schema_run, engine.usable_columns(schema_run.result, present)
 
 
 def _bounds(interval_start: datetime, interval_end: datetime) -> tuple[pd.Timestamp, pd.Timestamp]:
