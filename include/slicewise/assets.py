@@ -9,3 +9,6 @@ METRICS = Asset(name="slicewise_metrics", uri="slicewise://metrics", group="slic
 
 #: The forecaster update of an hour; event extra per model: champion version, scores, which predictor to trust.
 FORECASTER = Asset(name="slicewise_forecaster", uri="slicewise://forecaster", group="slicewise")
+
+#: A partition plan (and, in apply mode, its rollout); event extra: mode, counts per action, plan path.
+ROLLOUT = Asset(name="slicewise_rollout", uri="slicewise://rollout", group="slicewise")

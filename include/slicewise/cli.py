@@ -1,4 +1,4 @@
-"""The ``slicewise`` command line: ``validate PATH``, ``simulate ...``, ``forecast-backtest ...``.
+"""The ``slicewise`` command line: ``validate PATH``, ``simulate ...``, ``forecast-backtest ...``, ``catalog ...``.
 
 Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
 """
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from slicewise.catalog import cli as catalog_cli
     from slicewise.forecasting import cli as forecast_cli
     from slicewise.simulator import cli as simulate_cli
     from slicewise.validation import cli as validate_cli
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate_cli.register(commands)
     simulate_cli.register(commands)
     forecast_cli.register(commands)
+    catalog_cli.register(commands)
     return parser
 
 

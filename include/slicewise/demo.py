@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slicewise import store
+from slicewise.cluster.factory import simulated_state_path
 from slicewise.settings import load_settings, slicewise_home
 from slicewise.stack import airflow as airflow_stack
 from slicewise.stack import mlflow as mlflow_stack
@@ -52,6 +53,9 @@ def start_exporter(home: Path) -> processes.Service:
         processes.LOOPBACK,
         "--port",
         str(port),
+        # Serve the layouts the simulated cluster's MIG manager has applied (state kept across restarts).
+        "--cluster-state",
+        str(simulated_state_path(load_settings())),
     ]
     service = processes.start(
         "simulator", argv, port=port, url=f"http://{processes.LOOPBACK}:{port}", run_dir=run_dir

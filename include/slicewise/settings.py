@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,22 @@ class Settings:
     mlflow_tracking_uri: str
     mlflow_experiment: str
     forecast_history_hours: int
+    cluster_backend: str
+    kubernetes_conn_id: str
+    simulated_cluster_state: str
+    planner_model: str
+    planner_policy: str
+    planner_low_util: float
+    planner_high_util: float
+    planner_mps_target_util: float
+    planner_min_gain_gpu_hours: float
+    planner_change_penalty_gpu_hours: float
+    planner_dwell_hours: float
+    planner_max_change_share: float
+    planner_cordon_to_drain: bool
+    planner_fallback: str
+    planner_max_forecast_age_hours: float
+    planner_horizon_minutes: int
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
         return dataclasses.replace(self, **_coerce_all(overrides))
@@ -73,8 +89,20 @@ def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _coerce(name, str(known[name].type), value) for name, value in values.items()}
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
 def _coerce(name: str, type_name: str, value: Any) -> Any:
-    caster = {"str": str, "int": int, "float": float}[type_name]
+    casters: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float, "bool": _bool}
+    caster = casters[type_name]
     try:
         if caster is int and isinstance(value, float) and not value.is_integer():
             raise ValueError("not a whole number")

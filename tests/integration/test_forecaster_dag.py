@@ -8,16 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from slicewise import store
-from slicewise.ingest import DEMAND_FILE, GPU_FILE
 from slicewise.simulator.fleet import Fleet
-from slicewise.simulator.frames import demand as simulated_demand
-from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
 from slicewise.stack import mlflow as mlflow_stack
 from slicewise.stack import processes
+from tests.support.partitions import publish_hour
 
 pytestmark = pytest.mark.integration
 DAG_ID = "forecaster_training"
@@ -33,17 +30,6 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield service.url
     finally:
         processes.stop(service, home / "run")
-
-
-def publish_hour(root: store.ObjectStoragePath, fleet: Fleet, start: datetime) -> None:
-    """A validated partition of simulated data, as the ingest DAG publishes it."""
-    stamps = np.arange(int(start.timestamp()), int((start + timedelta(hours=1)).timestamp()), 60)
-    paths = store.PartitionPaths(root, start)
-    staging = paths.new_staging()
-    meta = {"interval_start": start.isoformat(), "step_s": "60"}
-    store.write_frame(simulated_gpu_samples(fleet, stamps), staging / GPU_FILE, {**meta, "kind": "gpu"})
-    store.write_frame(simulated_demand(fleet, stamps), staging / DEMAND_FILE, {**meta, "kind": "demand"})
-    store.publish(staging, paths.published, {"interval_start": start.isoformat()})
 
 
 def run_dag(retries: int | None = None) -> tuple[dict[str, str], Any]:

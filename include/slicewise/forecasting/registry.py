@@ -7,6 +7,7 @@ functions, so the training DAG decides promotion between them with :mod:`slicewi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 CHAMPION_ALIAS = "champion"
@@ -124,3 +125,28 @@ def champion_version(tracking_uri: str, name: str) -> str | None:
         return str(_client(tracking_uri).get_model_version_by_alias(name, CHAMPION_ALIAS).version)
     except MlflowException:
         return None
+
+
+@dataclass(frozen=True)
+class RegistryStatus:
+    """What the registry says when no fresh forecaster event is at hand."""
+
+    champion: str | None  # version holding the alias
+    newest_at: datetime | None  # when the newest version was registered (the last hourly update)
+    newest_trust: str  # the predictor the newest evaluation trusted (version tag "trust")
+
+
+def status(tracking_uri: str, name: str) -> RegistryStatus:
+    """Champion version, time of the newest version and its ``trust`` tag; raises RegistryError if unreachable."""
+    from datetime import UTC
+
+    client = _client(tracking_uri)
+    try:
+        versions = client.search_model_versions(f"name = '{name}'", max_results=1000)
+    except Exception as exc:
+        raise _wrap(f"listing versions of {name}", exc) from exc
+    if not versions:
+        return RegistryStatus(None, None, "")
+    newest = max(versions, key=lambda v: int(v.version))
+    created = datetime.fromtimestamp(int(newest.creation_timestamp) / 1000, tz=UTC)
+    return RegistryStatus(champion_version(tracking_uri, name), created, str(newest.tags.get("trust", "")))

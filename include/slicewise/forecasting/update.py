@@ -228,7 +228,11 @@ def hourly_update(
         tracking_uri,
         spec.name,
         version,
-        {"gate": "promoted" if decision.promote else "kept", "gate_reason": decision.reason},
+        {
+            "gate": "promoted" if decision.promote else "kept",
+            "gate_reason": decision.reason,
+            "trust": decision.trust,  # the planner reads it when no fresh forecaster event is at hand
+        },
     )
     return {
         "model": spec.name,

@@ -1,6 +1,7 @@
-"""``slicewise simulate backfill|serve``: history for the embedded Prometheus, and the live exporter.
+"""``slicewise simulate backfill|serve|cluster``: history for the embedded Prometheus, the live exporter, and
+the simulated cluster's state (``cluster show|fault|reset``).
 
-Both sub-commands return an exit code (``args.func(args)``); bad input prints one line on stderr.
+Every sub-command returns an exit code (``args.func(args)``); bad input prints one line on stderr.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from slicewise.simulator.exposition import HOSTNAME_LABELS
 #: The scrape job of the embedded Prometheus (slicewise.stack.prometheus) and the serve command's default target.
 DEFAULT_JOB = "slicewise-simulated-fleet"
 DEFAULT_INSTANCE = "127.0.0.1:9400"
+FAULT_KINDS = (
+    "fail",
+    "stuck",
+    "none",
+)  # slicewise.cluster.mig_manager.FAULTS (not imported: keeps --help light)
 
 
 def register(subparsers: Any) -> None:
@@ -55,8 +61,36 @@ def register(subparsers: Any) -> None:
     serve = commands.add_parser("serve", help="serve the fleet's dcgm-exporter and kube-state-metrics series")
     serve.add_argument("--port", type=int, default=9400, help="port (default 9400, dcgm-exporter's)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    serve.add_argument(
+        "--cluster-state",
+        type=Path,
+        default=None,
+        help="simulated cluster state file: serve the MIG layouts / MPS replicas applied there",
+    )
     _common(serve)
     serve.set_defaults(func=run_serve)
+    _register_cluster(commands)
+
+
+def _register_cluster(commands: Any) -> None:
+    cluster = commands.add_parser("cluster", help="the simulated cluster: node labels, pods, MIG manager")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True)
+    show = actions.add_parser("show", help="one line per node: layout, MIG manager state, pods")
+    fault = actions.add_parser("fault", help="arm a MIG-manager fault on a node")
+    fault.add_argument("node")
+    fault.add_argument("kind", choices=FAULT_KINDS, help="fail: next apply fails; stuck: stays pending")
+    reset = actions.add_parser("reset", help="forget all changes: back to the simulator config")
+    for parser, func in ((show, run_cluster_show), (fault, run_cluster_fault), (reset, run_cluster_reset)):
+        parser.add_argument(
+            "--state",
+            type=Path,
+            default=None,
+            help="state file (default: setting simulated_cluster_state, else $SLICEWISE_HOME/cluster/state.json)",
+        )
+        parser.add_argument(
+            "--config", type=Path, default=None, help="simulator YAML (default: the shipped one)"
+        )
+        parser.set_defaults(func=func)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +157,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         fleet = _fleet(args.config)
-        server, port = serve(fleet, args.host, args.port, hostname_label=args.hostname_label)
+        server, port = serve(
+            fleet, args.host, args.port, hostname_label=args.hostname_label, state_path=args.cluster_state
+        )
     except (ValueError, KeyError, OSError, yaml.YAMLError) as exc:
         print(f"simulate serve: {exc!s}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
@@ -143,3 +179,68 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _block_until_interrupted() -> None:
     threading.Event().wait()
+
+
+# -- simulate cluster -----------------------------------------------------------------------------------------
+def _cluster(args: argparse.Namespace, *, reset: bool = False) -> Any:
+    from slicewise.cluster.factory import simulated_state_path
+    from slicewise.cluster.simulated import SimulatedCluster
+    from slicewise.settings import load_settings
+
+    path = args.state if args.state is not None else simulated_state_path(load_settings())
+    return SimulatedCluster.open(path, fleet=_fleet(args.config), reset=reset)
+
+
+def _cluster_command(name: str, args: argparse.Namespace, action: Any, *, reset: bool = False) -> int:
+    from slicewise.cluster.base import ClusterError, NodeNotFound
+
+    try:
+        action(_cluster(args, reset=reset))
+    except (ClusterError, ValueError, KeyError, OSError, yaml.YAMLError) as exc:
+        print(f"simulate cluster {name}: {exc!s}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError | NodeNotFound) else 1
+    return 0
+
+
+def format_status(rows: list[Any]) -> str:
+    """The ``cluster show`` table of ``SimulatedCluster.status()`` rows; conditions on indented lines below."""
+    header = ("NODE", "MODEL", "MIG.CONFIG", "STATE", "DEVICE-PLUGIN", "CORDONED", "ALLOCATABLE", "GPU PODS")
+    table = [header]
+    for row in rows:
+        node = row.node
+        allocatable = ",".join(f"{r.removeprefix('nvidia.com/')}={n}" for r, n in node.allocatable.items())
+        table.append((
+            node.name, row.model, node.mig_config or "-", node.mig_config_state or "-",
+            node.device_plugin_config or "-", "yes" if node.unschedulable else "no", allocatable or "-",
+            str(row.running_pods),
+        ))  # fmt: skip
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = []
+    for i, line in enumerate(table):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+        if i:
+            lines.extend(f"    {note}" for note in rows[i - 1].conditions)
+    return "\n".join(lines)
+
+
+def run_cluster_show(args: argparse.Namespace) -> int:
+    def show(cluster: Any) -> None:
+        print(f"simulated cluster {cluster.state_path}")
+        print(format_status(cluster.status()))
+
+    return _cluster_command("show", args, show)
+
+
+def run_cluster_fault(args: argparse.Namespace) -> int:
+    def fault(cluster: Any) -> None:
+        cluster.inject_fault(args.node, args.kind)
+        print(f"{args.node}: MIG-manager fault {args.kind}")
+
+    return _cluster_command("fault", args, fault)
+
+
+def run_cluster_reset(args: argparse.Namespace) -> int:
+    def reset(cluster: Any) -> None:
+        print(f"simulated cluster {cluster.state_path} reset to the simulator config")
+
+    return _cluster_command("reset", args, reset, reset=True)

@@ -8,6 +8,7 @@ works on all slots at once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -152,6 +153,43 @@ class Fleet:
         for node in self.nodes:
             _validate_node(node, self.models, self.workloads)
 
+    def with_applied(self, layouts: Mapping[str, tuple[str, tuple[tuple[str, int], ...], int]]) -> Fleet:
+        """A new, validated fleet with the named nodes' sharing replaced; other nodes stay as they are.
+
+        ``layouts`` maps a node name to ``(mig_config, mig_devices per GPU, mps_replicas)``, i.e. what the
+        simulated cluster's MIG-manager emulation has applied; ``mps_replicas`` 0 or 1 means no MPS. Raises
+        FleetConfigError for an unknown node or a layout that does not fit.
+        """
+        unknown = sorted(set(layouts) - {node.name for node in self.nodes})
+        if unknown:
+            raise FleetConfigError(f"with_applied: unknown node(s) {', '.join(unknown)}")
+        nodes = []
+        for node in self.nodes:
+            if node.name not in layouts:
+                nodes.append(node)
+                continue
+            mig_config, mig_devices, replicas = layouts[node.name]
+            mps = int(replicas) if int(replicas) > 1 else 0  # one "replica" is a whole GPU, not MPS
+            # Node.device_plugin_config is descriptive only; name it as the shipped configs are named.
+            plugin = (
+                node.device_plugin_config if mps == node.mps_replicas else f"mps-{mps}" if mps else "default"
+            )
+            nodes.append(
+                dataclasses.replace(
+                    node,
+                    mig_config=str(mig_config),
+                    mig_devices=tuple((str(p), int(c)) for p, c in mig_devices),
+                    mps_replicas=mps,
+                    device_plugin_config=plugin,
+                )
+            )
+        config = dict(self.config)
+        if "nodes" in config:  # keep the raw config in step, so from_config(fleet.config) gives this fleet
+            config["nodes"] = [_node_config(node) for node in nodes]
+        fleet = dataclasses.replace(self, nodes=tuple(nodes), config=config)
+        fleet.validate()
+        return fleet
+
     # -- derived ------------------------------------------------------------------------------------------
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -222,6 +260,23 @@ def _parse_node(raw: Mapping[str, Any]) -> Node:
         mig_devices=tuple((str(p), int(c)) for p, c in mig.items()),
         mps_replicas=int(raw.get("mps_replicas", 0) or 0),
     )
+
+
+def _node_config(node: Node) -> dict[str, Any]:
+    """A node as its ``simulator.yaml`` entry (the inverse of ``_parse_node``)."""
+    raw: dict[str, Any] = {
+        "name": node.name,
+        "model": node.model,
+        "gpus": node.gpus,
+        "mig_config": node.mig_config,
+        "device_plugin_config": node.device_plugin_config,
+        "workloads": list(node.workloads),
+    }
+    if node.mig_devices:
+        raw["mig_devices"] = dict(node.mig_devices)
+    if node.mps_replicas:
+        raw["mps_replicas"] = node.mps_replicas
+    return raw
 
 
 def _validate_node(node: Node, models: Mapping[str, GpuModel], workloads: Mapping[str, Workload]) -> None:

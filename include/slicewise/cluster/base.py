@@ -1,0 +1,121 @@
+"""What Slicewise sees of and does to a Kubernetes GPU cluster: one small interface, two backends.
+
+The backends are :mod:`slicewise.cluster.kubernetes` (the real API through the cncf-kubernetes provider's
+``KubernetesHook``) and :mod:`slicewise.cluster.simulated` (the simulated fleet with a MIG-manager emulation).
+Everything here is plain data; nothing in this module does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Opt-in: only nodes carrying this label with value "true" are listed, planned or changed.
+MANAGED_LABEL = "slicewise.io/managed"
+#: Opt-in per pod: Slicewise may evict a GPU pod only when it carries this annotation with value "true".
+EVICTABLE_ANNOTATION = "slicewise.io/evictable"
+#: When Slicewise last changed the node's layout (ISO 8601, UTC): the dwell-time guard reads it.
+LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
+
+# GPU Operator / GPU Feature Discovery labels (shared/design/reference/gpu-operator-facts.md §1, §3).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+
+#: Extended resources that are GPUs or GPU slices: ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` and the
+#: mixed-strategy MIG resources ``nvidia.com/mig-<profile>``.
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name.startswith(GPU_RESOURCE_PREFIXES)
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be read or changed (unreachable, forbidden, malformed answer)."""
+
+
+class NodeNotFound(ClusterError):
+    """The node does not exist or is not managed by Slicewise."""
+
+
+class LabelsChanged(ClusterError):
+    """The node's labels are no longer what the caller expected: someone else changed them; nothing written."""
+
+
+class EvictionBlocked(ClusterError):
+    """The Eviction API refused (HTTP 429: a PodDisruptionBudget allows no disruption now). Retry later."""
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A managed GPU node as the GPU Operator and GPU Feature Discovery describe it."""
+
+    name: str
+    gpu_product: str  # label nvidia.com/gpu.product, e.g. NVIDIA-A100-SXM4-80GB or ...-MIG-1g.10gb
+    gpu_count: int  # label nvidia.com/gpu.count: physical GPUs
+    mig_config: str  # label nvidia.com/mig.config ("" when absent)
+    mig_config_state: str  # label nvidia.com/mig.config.state: pending | rebooting | success | failed | ""
+    device_plugin_config: str  # label nvidia.com/device-plugin.config ("" = the plugin's default config)
+    allocatable: Mapping[str, int]  # GPU resources in status.allocatable, e.g. {"nvidia.com/mig-1g.10gb": 14}
+    unschedulable: bool  # cordoned
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    """A pod that requests GPU resources, on a node (or pending, node "")."""
+
+    namespace: str
+    name: str
+    node: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    requests: Mapping[str, int]  # GPU resources only, summed over the pod's containers
+    owner_kind: str  # kind of the controller owner (ReplicaSet, StatefulSet, Job, ...); "" for a bare pod
+    owner_name: str
+    evictable: bool  # opted in by annotation and no PodDisruptionBudget forbids it right now
+    blockers: tuple[str, ...] = ()  # why it may not be evicted, in words (empty when evictable)
+
+
+class ClusterBackend(Protocol):
+    """The only way Slicewise reads or changes the cluster."""
+
+    name: str
+
+    def list_nodes(self) -> list[GpuNode]:
+        """Managed GPU nodes (label ``slicewise.io/managed=true``), sorted by name."""
+        ...
+
+    def get_node(self, name: str) -> GpuNode:
+        """One managed node, fresh; raises NodeNotFound."""
+        ...
+
+    def list_gpu_pods(self, node: str) -> list[GpuPod]:
+        """Pods on ``node`` requesting GPU resources, not finished, sorted by namespace and name."""
+        ...
+
+    def set_labels(
+        self, node: str, changes: Mapping[str, str | None], *, expected: Mapping[str, str | None]
+    ) -> GpuNode:
+        """Set (value) or remove (None) node labels, only if every label in ``expected`` still has that value
+        (None = absent); otherwise raise LabelsChanged and write nothing. The write is guarded by the node's
+        resourceVersion: a conflict is retried on fresh state (re-checking ``expected``), never blindly.
+        Returns the node as written."""
+        ...
+
+    def set_annotations(self, node: str, changes: Mapping[str, str | None]) -> GpuNode:
+        """Set or remove Slicewise's own node annotations (merge patch)."""
+        ...
+
+    def cordon(self, node: str) -> GpuNode: ...
+
+    def uncordon(self, node: str) -> GpuNode: ...
+
+    def evict(self, namespace: str, pod: str) -> None:
+        """Evict through the policy/v1 Eviction API; raises EvictionBlocked on HTTP 429 (PDB)."""
+        ...

@@ -1,0 +1,71 @@
+"""The planner's knobs: thresholds and guard rails from the settings, ladders from ``include/config/planner.yaml``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from slicewise.settings import CONFIG_DIR, Settings
+
+POLICIES = ("packing", "thresholds")
+FALLBACKS = ("none", "baseline")
+
+
+class PlannerConfigError(ValueError):
+    """A planner setting is out of range or names an unknown policy."""
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    policy: str = "packing"
+    low_util: float = 0.4  # thresholds: below -> split into smaller slices
+    high_util: float = 0.8  # thresholds: above -> merge into larger slices
+    mps_target_util: float = 0.7  # MPS: tenants' P90 load per GPU should stay under this
+    min_gain_gpu_hours: float = 0.25  # hysteresis: smaller expected gains change nothing
+    change_penalty_gpu_hours: float = 0.5  # packing: a change must win at least this much over keeping
+    dwell_hours: float = 1.0  # a node changed less than this long ago is left alone
+    max_change_share: float = 0.25  # at most this share of managed nodes changes per run
+    cordon_to_drain: bool = False  # blocked nodes may be cordoned so they drain naturally
+    fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise PlannerConfigError(f"planner_policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.fallback not in FALLBACKS:
+            raise PlannerConfigError(f"planner_fallback must be one of {FALLBACKS}, got {self.fallback!r}")
+        if not 0 <= self.low_util < self.high_util <= 1:
+            raise PlannerConfigError("need 0 <= planner_low_util < planner_high_util <= 1")
+        if not 0 < self.mps_target_util <= 1:
+            raise PlannerConfigError("planner_mps_target_util must be in (0, 1]")
+        if not 0 <= self.max_change_share <= 1:
+            raise PlannerConfigError("planner_max_change_share must be in [0, 1]")
+        if self.min_gain_gpu_hours < 0 or self.dwell_hours < 0 or self.change_penalty_gpu_hours < 0:
+            raise PlannerConfigError("gains, penalties and dwell time cannot be negative")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PlannerConfig:
+        return cls(
+            policy=settings.planner_policy,
+            low_util=settings.planner_low_util,
+            high_util=settings.planner_high_util,
+            mps_target_util=settings.planner_mps_target_util,
+            min_gain_gpu_hours=settings.planner_min_gain_gpu_hours,
+            change_penalty_gpu_hours=settings.planner_change_penalty_gpu_hours,
+            dwell_hours=settings.planner_dwell_hours,
+            max_change_share=settings.planner_max_change_share,
+            cordon_to_drain=settings.planner_cordon_to_drain,
+            fallback=settings.planner_fallback,
+        )
+
+
+@cache
+def ladders(path: Path | None = None) -> Mapping[int, tuple[tuple[int, ...], ...]]:
+    """Compute-slice compositions from largest to smallest slices, per GPU geometry (7 or 4 compute slices)."""
+    raw = yaml.safe_load((path or CONFIG_DIR / "planner.yaml").read_text())["thresholds_ladders"]
+    return {
+        int(slices): tuple(tuple(int(g) for g in step) for step in steps) for slices, steps in raw.items()
+    }

@@ -1,0 +1,165 @@
+"""The planner's inputs from the outside world: recent validated metrics, the trusted predictor's forecasts,
+the pending demand, and which predictor to trust (the forecaster Asset's verdict or the MLflow registry)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slicewise.catalog import Catalog, ksm_resource, resource_for_profile
+from slicewise.planning.types import DemandForecast, Forecasts, SeriesForecast
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from airflow.sdk import ObjectStoragePath
+
+    from slicewise.forecasting.spec import ForecasterSpec
+
+TRUSTED = ("model", "champion")
+FALLBACK_BASELINE = "p90_last_hour"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Which predictor the planner uses and whether it may act on it."""
+
+    predictor: str  # "champion" or a baseline name
+    trusted: bool
+    why: str
+    version: str | None = None  # the champion's registry version, when the predictor is the champion
+
+
+def trust_from_event(extra: dict[str, Any]) -> Trust:
+    """The verdict the forecaster DAG published with the ``slicewise_forecaster`` Asset event."""
+    trust = str(extra.get("trust", ""))
+    version = extra.get("champion_version")
+    if trust in TRUSTED and version:
+        return Trust("champion", True, str(extra.get("reason", "")), str(version))
+    baseline = str(extra.get("baseline") or FALLBACK_BASELINE)
+    reason = str(extra.get("reason") or "no champion")
+    return Trust(baseline, False, f"baseline {baseline} wins: {reason}", None)
+
+
+def trust_from_registry(
+    champion: str | None, trained_at: datetime | None, tag_trust: str, now: datetime, max_age_hours: float
+) -> Trust:
+    """The verdict for a run without a fresh event: the champion, if it is fresh and beat the baselines."""
+    if champion is None:
+        return Trust(FALLBACK_BASELINE, False, "no champion in the registry yet")
+    if trained_at is None or now - trained_at > timedelta(hours=max_age_hours):
+        when = f"{trained_at:%Y-%m-%d %H:%M}" if trained_at else "never"
+        return Trust(
+            FALLBACK_BASELINE, False, f"forecaster is stale: last update {when}, over {max_age_hours:g} h ago"
+        )
+    if tag_trust not in TRUSTED:
+        return Trust(
+            FALLBACK_BASELINE, False, f"the newest evaluation trusted {tag_trust or 'nothing'}, not the model"
+        )
+    return Trust("champion", True, "fresh champion that beat the baselines", champion)
+
+
+def load_recent(root: ObjectStoragePath, end: datetime, hours: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """GPU and demand frames of the published hours in ``[end - hours, end)`` (quarantined hours are skipped)."""
+    import pandas as pd
+
+    from slicewise import schema, store
+    from slicewise.ingest import DEMAND_FILE, GPU_FILE
+
+    gpu, demand = [], []
+    for back in range(hours, 0, -1):
+        folder = store.PartitionPaths(root, end - timedelta(hours=back)).published
+        if store.read_manifest(folder) is None:
+            continue
+        gpu.append(store.read_frame(folder / GPU_FILE)[0])
+        demand.append(store.read_frame(folder / DEMAND_FILE)[0])
+    if not gpu:
+        return pd.DataFrame(columns=list(schema.GPU_COLUMNS)), pd.DataFrame(
+            columns=list(schema.DEMAND_COLUMNS)
+        )
+    return pd.concat(gpu, ignore_index=True), pd.concat(demand, ignore_index=True)
+
+
+def series_forecasts(
+    gpu: pd.DataFrame, spec: ForecasterSpec, trust: Trust, horizon_minutes: int, model: Any | None
+) -> list[SeriesForecast]:
+    """Per GPU / MIG instance forecasts at the end of ``gpu`` by the trusted predictor."""
+    from slicewise.forecasting.inference import predict_latest
+    from slicewise.forecasting.model import predict
+    from slicewise.forecasting.windows import panel_from_frame
+
+    if gpu.empty:
+        return []
+    panel = panel_from_frame(gpu, spec.signal, spec.step_s)
+    if model is not None:
+        predicted = predict_latest(panel, spec, horizon_minutes, model=lambda x: predict(model, x))
+    else:
+        predicted = predict_latest(panel, spec, horizon_minutes, baseline=trust.predictor)
+    profiles = (
+        gpu.drop_duplicates(["hostname", "gpu", "gpu_instance_id"])
+        .set_index(["hostname", "gpu", "gpu_instance_id"])["mig_profile"]
+        .astype(str)
+        .to_dict()
+    )
+    return [
+        SeriesForecast(
+            host, int(index), str(instance), profiles.get((host, index, instance), ""), p50, upper, memory
+        )
+        for (host, index, instance), (p50, upper, memory) in sorted(predicted.items())
+    ]
+
+
+def ksm_resource_names(catalog: Catalog) -> dict[str, str]:
+    """kube-state-metrics' sanitised resource names (``[^a-zA-Z0-9_]`` -> ``_``) back to the real ones."""
+    real = {"nvidia.com/gpu", "nvidia.com/gpu.shared"}
+    for model in catalog.models.values():
+        real.update(resource_for_profile(name) for name in model.profiles)
+    return {ksm_resource(name): name for name in real}
+
+
+def pending_demand(
+    demand: pd.DataFrame, step_s: int, catalog: Catalog, quantile: float = 0.9
+) -> list[DemandForecast]:
+    """Pending GPU requests per resource over the frame's last hour: P50 and upper quantile of the per-step
+    totals (steps with nothing pending count as 0). A baseline forecast, stated as such in the README."""
+    if demand.empty:
+        return []
+    seconds = _seconds(demand["timestamp"])
+    end = int(seconds.max())
+    steps = np.arange(end - 3600 + step_s, end + 1, step_s)
+    recent = demand[(seconds > end - 3600) & demand["unschedulable"].astype(bool).to_numpy()]
+    names = ksm_resource_names(catalog)
+    out = []
+    if recent.empty:
+        return []
+    recent_seconds = _seconds(recent["timestamp"])
+    for resource, group in recent.assign(second=recent_seconds).groupby("resource", observed=True):
+        per_step = group.groupby("second")["requested"].sum().reindex(steps, fill_value=0.0).to_numpy(float)
+        upper = float(np.quantile(per_step, quantile))
+        median = float(np.median(per_step))
+        if upper > 0 or median > 0:
+            out.append(DemandForecast(names.get(str(resource), str(resource)), median, upper))
+    return sorted(out, key=lambda d: d.resource)
+
+
+def assemble(
+    series: list[SeriesForecast], demand: list[DemandForecast], trust: Trust, horizon_minutes: int
+) -> Forecasts:
+    predictor = f"champion v{trust.version}" if trust.predictor == "champion" else trust.predictor
+    return Forecasts(
+        series=tuple(series),
+        demand=tuple(demand),
+        predictor=predictor,
+        trusted=trust.trusted,
+        why_untrusted="" if trust.trusted else trust.why,
+        horizon_minutes=horizon_minutes,
+    )
+
+
+def _seconds(column: pd.Series) -> np.ndarray:
+    """Unix seconds of a datetime column, whatever its resolution (pandas 3 infers microseconds)."""
+    import pandas as pd
+
+    return np.asarray(pd.to_datetime(column, utc=True).dt.as_unit("s").astype("int64").to_numpy())

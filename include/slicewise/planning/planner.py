@@ -1,0 +1,215 @@
+"""Plan the fleet: every managed node gets a verdict (change, keep, blocked, cordon-to-drain, skip) and why.
+
+Order of decisions per node: can it be planned at all (known model and layout, not mid-reconfiguration, not
+cordoned) -> the policy's proposal -> guard rails: nothing to change, forecaster not trusted, hysteresis
+(gain below the minimum), dwell time, non-evictable GPU pods -> across the fleet, the hourly change budget
+keeps the changes with the highest gain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from slicewise.catalog import Catalog
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION
+from slicewise.planning import packing, thresholds
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
+from slicewise.planning.proposal import Proposal
+from slicewise.planning.types import (
+    BLOCKED,
+    CHANGE,
+    DRAIN,
+    KEEP,
+    SKIP,
+    DesiredState,
+    FleetPlan,
+    Forecasts,
+    NodeObservation,
+    NodePlan,
+    SeriesForecast,
+)
+
+
+def plan_fleet(
+    observations: Sequence[NodeObservation],
+    forecasts: Forecasts,
+    catalog: Catalog,
+    config: PlannerConfig,
+    now: datetime,
+) -> FleetPlan:
+    """The plan for every observed node; pure: same inputs, same plan."""
+    pending = {d.resource: d.upper for d in forecasts.demand}
+    notes = []
+    acting = forecasts.trusted or config.fallback == "baseline"
+    if not forecasts.trusted:
+        notes.append(
+            f"forecaster not trusted ({forecasts.why_untrusted or 'no reason given'}); "
+            + (
+                "acting on " + forecasts.predictor
+                if acting
+                else "recommending no change (planner_fallback=none)"
+            )
+        )
+    by_node: dict[str, list[SeriesForecast]] = {}
+    for series in forecasts.series:
+        by_node.setdefault(series.hostname, []).append(series)
+    plans = []
+    # Nodes in name order: the pending pool is handed out deterministically.
+    for obs in sorted(observations, key=lambda o: o.node.name):
+        try:
+            ctx = node_context(obs, by_node.get(obs.node.name, []), catalog)
+        except NotPlannable as why:
+            plans.append(_skipped(obs, config, str(why)))
+            continue
+        proposal = _propose(ctx, catalog, config, pending)
+        plan = _guard(ctx, proposal, catalog, config, now, acting, forecasts)
+        if plan.action == CHANGE or plan.desired == plan.current:  # demand this node will host
+            for resource, served in proposal.pending_served.items():
+                pending[resource] = max(0.0, pending.get(resource, 0.0) - served)
+        plans.append(plan)
+    return FleetPlan(
+        policy=config.policy,
+        predictor=forecasts.predictor,
+        trusted=forecasts.trusted,
+        horizon_minutes=forecasts.horizon_minutes,
+        nodes=tuple(_apply_budget(plans, config, len(observations))),
+        notes=tuple(notes),
+    )
+
+
+def _propose(
+    ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pending: dict[str, float]
+) -> Proposal:
+    if config.policy == "thresholds":
+        return thresholds.plan(ctx, catalog, config)
+    if ctx.mig:
+        return packing.plan_mig(ctx, catalog, config, pending)
+    return packing.plan_mps(ctx, catalog, config, pending)
+
+
+def _desired(ctx: NodeContext, proposal: Proposal, catalog: Catalog) -> DesiredState:
+    if proposal.layout == ctx.layout:
+        mig_config = ctx.obs.node.mig_config
+    else:
+        name = catalog.config_named_for(ctx.model.name, proposal.layout)
+        if name is None:  # policies only propose shipped layouts; a miss is a catalogue bug
+            raise ValueError(f"no named mig-parted config for {proposal.layout} on {ctx.model.name}")
+        mig_config = name
+    if proposal.replicas == ctx.replicas:
+        plugin = ctx.obs.node.device_plugin_config or "default"
+    else:
+        plugin = catalog.device_plugin_config_for(proposal.replicas)
+    return DesiredState(mig_config, plugin)
+
+
+def _guard(
+    ctx: NodeContext,
+    proposal: Proposal,
+    catalog: Catalog,
+    config: PlannerConfig,
+    now: datetime,
+    acting: bool,
+    forecasts: Forecasts,
+) -> NodePlan:
+    desired = _desired(ctx, proposal, catalog)
+    p50, upper = ctx.utilisation()
+    disruption = tuple(describe_pod(pod) for pod in ctx.obs.pods)
+    base = NodePlan(
+        node=ctx.name,
+        gpu_model=ctx.model.name,
+        gpus=ctx.gpus,
+        current=ctx.current,
+        desired=desired,
+        action=CHANGE,
+        policy=config.policy,
+        rule=proposal.rule,
+        reasons=proposal.reasons,
+        util_p50=p50,
+        util_upper=upper,
+        gain_gpu_hours=proposal.gain_gpu_hours,
+        disruption=disruption,
+        pending_served=dict(proposal.pending_served),
+    )
+
+    def verdict(action: str, why: str) -> NodePlan:
+        return _replace(base, action=action, reasons=(*proposal.reasons, why))
+
+    if desired == ctx.current:
+        return _replace(base, action=KEEP, desired=ctx.current, disruption=(), pending_served={})
+    if not acting:
+        return verdict(KEEP, f"would change to {desired.describe()}, but the forecaster is not trusted")
+    if proposal.gain_gpu_hours < config.min_gain_gpu_hours:
+        return verdict(
+            KEEP,
+            f"hysteresis: expected gain {proposal.gain_gpu_hours:.2f} GPU-h/h is below "
+            f"{config.min_gain_gpu_hours:.2f}",
+        )
+    changed = _last_change(ctx)
+    if changed is not None and now - changed < timedelta(hours=config.dwell_hours):
+        return verdict(
+            KEEP,
+            f"dwell time: changed at {changed:%Y-%m-%d %H:%M} UTC, less than {config.dwell_hours:g} h ago",
+        )
+    stuck = [describe_pod(pod) + ": " + "; ".join(pod.blockers) for pod in ctx.obs.pods if not pod.evictable]
+    if stuck:
+        action = DRAIN if config.cordon_to_drain else BLOCKED
+        hint = (
+            "cordon so it drains naturally"
+            if config.cordon_to_drain
+            else "set planner_cordon_to_drain to drain"
+        )
+        return verdict(action, f"non-evictable GPU pods ({hint}): " + " | ".join(stuck))
+    return base
+
+
+def _last_change(ctx: NodeContext) -> datetime | None:
+    raw = ctx.obs.node.annotations.get(LAST_CHANGE_ANNOTATION, "")
+    try:
+        return datetime.fromisoformat(raw) if raw else None
+    except ValueError:
+        return None  # an unreadable annotation does not block the node forever
+
+
+def _apply_budget(plans: list[NodePlan], config: PlannerConfig, managed: int) -> list[NodePlan]:
+    """Keep the highest-gain changes within ``max_change_share`` of the managed nodes (at least one)."""
+    budget = max(1, math.floor(config.max_change_share * managed)) if config.max_change_share > 0 else 0
+    changes = sorted((p for p in plans if p.action == CHANGE), key=lambda p: (-p.gain_gpu_hours, p.node))
+    over = {p.node for p in changes[budget:]}
+    return [
+        _replace(
+            p,
+            action=KEEP,
+            reasons=(*p.reasons, f"change budget: {budget} of {managed} nodes per run, used by higher gains"),
+        )
+        if p.node in over
+        else p
+        for p in plans
+    ]
+
+
+def _skipped(obs: NodeObservation, config: PlannerConfig, why: str) -> NodePlan:
+    node = obs.node
+    state = DesiredState(node.mig_config, node.device_plugin_config or "default")
+    return NodePlan(
+        node=node.name,
+        gpu_model=node.gpu_product,
+        gpus=node.gpu_count,
+        current=state,
+        desired=state,
+        action=SKIP,
+        policy=config.policy,
+        rule="not plannable",
+        reasons=(why,),
+        util_p50=math.nan,
+        util_upper=math.nan,
+        gain_gpu_hours=0.0,
+    )
+
+
+def _replace(plan: NodePlan, **changes: object) -> NodePlan:
+    import dataclasses
+
+    return dataclasses.replace(plan, **changes)  # type: ignore[arg-type]

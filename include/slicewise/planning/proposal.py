@@ -1,0 +1,18 @@
+"""What a policy proposes for one node, before the guard rails have their say."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from slicewise.catalog import Layout
+
+
+@dataclass(frozen=True)
+class Proposal:
+    layout: Layout | None  # None = MIG disabled
+    replicas: int  # MPS tenants per GPU (1 = none)
+    rule: str
+    reasons: tuple[str, ...]
+    gain_gpu_hours: float  # expected GPU-hours per hour freed or demand served (0 when nothing changes)
+    pending_served: Mapping[str, float] = field(default_factory=dict)

@@ -1,0 +1,96 @@
+"""Plans and their inputs under the storage root: ``plans/<run>/`` holds forecasts, observations and the plan.
+
+Tasks hand each other these paths, never the data (ARCHITECTURE.md, "The DAGs").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.planning import report
+from slicewise.planning.types import DemandForecast, FleetPlan, Forecasts, NodeObservation, SeriesForecast
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+FORECASTS, OBSERVED, PLAN_JSON = "forecasts.json", "observed.json", "plan.json"
+PLAN_PARQUET, PLAN_MD, PLAN_HTML = "plan.parquet", "plan.md", "plan.html"
+
+
+def run_folder(root: ObjectStoragePath, run_id: str) -> ObjectStoragePath:
+    """``plans/<run id made path-safe>/``; a re-run of the same DAG run overwrites its own folder."""
+    return root / "plans" / re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+
+
+def _write(path: ObjectStoragePath, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, sort_keys=True, allow_nan=True))
+
+
+def _read(path: ObjectStoragePath) -> Any:
+    return json.loads(path.read_text())
+
+
+def write_forecasts(folder: ObjectStoragePath, forecasts: Forecasts) -> ObjectStoragePath:
+    path = folder / FORECASTS
+    _write(path, dataclasses.asdict(forecasts))
+    return path
+
+
+def read_forecasts(path: ObjectStoragePath) -> Forecasts:
+    raw = _read(path)
+    return Forecasts(
+        series=tuple(SeriesForecast(**s) for s in raw["series"]),
+        demand=tuple(DemandForecast(**d) for d in raw["demand"]),
+        predictor=raw["predictor"],
+        trusted=raw["trusted"],
+        why_untrusted=raw["why_untrusted"],
+        horizon_minutes=raw["horizon_minutes"],
+    )
+
+
+def write_observations(folder: ObjectStoragePath, observations: list[NodeObservation]) -> ObjectStoragePath:
+    path = folder / OBSERVED
+    _write(path, [dataclasses.asdict(o) for o in observations])
+    return path
+
+
+def read_observations(path: ObjectStoragePath) -> list[NodeObservation]:
+    out = []
+    for raw in _read(path):
+        pods = tuple(GpuPod(**{**p, "blockers": tuple(p["blockers"])}) for p in raw["pods"])
+        out.append(NodeObservation(GpuNode(**raw["node"]), pods))
+    return out
+
+
+def write_plan(folder: ObjectStoragePath, plan: FleetPlan) -> dict[str, str]:
+    """Plan as JSON (machine), Parquet (analysis), Markdown and HTML (people); returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / PLAN_JSON, dataclasses.asdict(plan))
+    with (folder / PLAN_PARQUET).open("wb") as handle:
+        report.frame(plan).to_parquet(handle, index=False)
+    (folder / PLAN_MD).write_text(report.markdown(plan))
+    (folder / PLAN_HTML).write_text(report.html_page(plan))
+    return {name: str(folder / name) for name in (PLAN_JSON, PLAN_PARQUET, PLAN_MD, PLAN_HTML)}
+
+
+LATEST = "latest.json"
+
+
+def mark_latest(root: ObjectStoragePath, run_id: str, made_at: datetime) -> None:
+    """Record the newest published plan (the hourly fallback run reads it to stay quiet)."""
+    _write(root / "plans" / LATEST, {"run_id": run_id, "made_at": made_at.isoformat()})
+
+
+def recent_plan(root: ObjectStoragePath, now: datetime, minutes: int) -> bool:
+    """Whether a plan was published in the ``minutes`` before ``now``."""
+    path = root / "plans" / LATEST
+    if not path.exists():
+        return False
+    made_at = datetime.fromisoformat(_read(path)["made_at"])
+    return timedelta(0) <= now - made_at < timedelta(minutes=minutes)

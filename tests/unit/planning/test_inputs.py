@@ -1,0 +1,91 @@
+"""The planner's inputs: which predictor to trust, forecasts by a baseline, pending demand, plan files."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from slicewise.catalog import Catalog
+from slicewise.forecasting.inference import predict_latest
+from slicewise.forecasting.spec import load_specs
+from slicewise.forecasting.windows import Panel
+from slicewise.planning import inputs
+
+from .conftest import NOW
+
+
+def test_a_promoted_or_kept_champion_is_trusted_and_a_winning_baseline_is_not() -> None:
+    trusted = inputs.trust_from_event({"trust": "champion", "champion_version": "4", "reason": "kept"})
+    assert (trusted.predictor, trusted.trusted, trusted.version) == ("champion", True, "4")
+    baseline = inputs.trust_from_event(
+        {"trust": "mean_last_hour", "baseline": "mean_last_hour", "champion_version": "4", "reason": "worse"}
+    )
+    assert (baseline.predictor, baseline.trusted) == ("mean_last_hour", False)
+    assert "worse" in baseline.why
+
+
+@pytest.mark.parametrize(
+    ("champion", "age_hours", "tag", "trusted", "why"),
+    [
+        (None, 1, "model", False, "no champion"),
+        ("3", 5, "model", False, "stale"),
+        ("3", 1, "p90_last_hour", False, "trusted p90_last_hour"),
+        ("3", 1, "champion", True, ""),
+    ],
+)
+def test_the_registry_decides_trust_when_no_fresh_event_is_at_hand(
+    champion: str | None, age_hours: float, tag: str, trusted: bool, why: str
+) -> None:
+    trust = inputs.trust_from_registry(champion, NOW - timedelta(hours=age_hours), tag, NOW, max_age_hours=3)
+    assert trust.trusted is trusted
+    assert why in trust.why
+
+
+def _panel(load: np.ndarray) -> Panel:
+    steps = load.shape[1]
+    return Panel(
+        keys=[("n1", i, "") for i in range(load.shape[0])],
+        timestamps=1_700_000_000 + 60 * np.arange(steps),
+        load=load,
+        memory=np.full(load.shape, 0.5),
+        step_s=60,
+    )
+
+
+def test_a_baseline_forecasts_every_series_with_enough_history() -> None:
+    spec = load_specs()[0]
+    load = np.full((2, 180), 0.3)
+    load[1, :-10] = np.nan  # a new GPU: 10 observed minutes, fewer than min_observed_steps
+    predicted = predict_latest(_panel(load), spec, 60, baseline="mean_last_hour")
+    assert set(predicted) == {("n1", 0, "")}
+    p50, upper, memory = predicted[("n1", 0, "")]
+    assert p50 == pytest.approx(0.3)
+    assert upper == pytest.approx(0.3)
+    assert memory == pytest.approx(0.5)
+
+
+def test_predict_latest_needs_exactly_one_predictor() -> None:
+    spec = load_specs()[0]
+    with pytest.raises(ValueError, match="exactly one"):
+        predict_latest(_panel(np.zeros((1, 10))), spec, 60)
+    with pytest.raises(ValueError, match="horizons"):
+        predict_latest(_panel(np.zeros((1, 10))), spec, 45, baseline="last_value")
+
+
+def test_pending_demand_is_the_p90_of_the_last_hour_per_real_resource_name(catalog: Catalog) -> None:
+    end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
+    stamps = [end - pd.Timedelta(minutes=m) for m in range(60)]
+    rows = []
+    for i, ts in enumerate(stamps):
+        # 3g requests pending in the 10 most recent minutes only; a scheduled pod never counts.
+        if i < 10:
+            rows.append((ts, "nvidia_com_mig_3g_40gb", 2.0, True))
+        rows.append((ts, "nvidia_com_gpu", 1.0, False))
+    frame = pd.DataFrame(rows, columns=["timestamp", "resource", "requested", "unschedulable"])
+    (demand,) = inputs.pending_demand(frame, 60, catalog)
+    assert demand.resource == "nvidia.com/mig-3g.40gb"
+    assert demand.upper == pytest.approx(2.0)  # 10 of 60 steps at 2 -> P90 = 2
+    assert demand.p50 == 0.0

@@ -1,0 +1,116 @@
+"""The packing policy: cover running and forecast pending requests with the least stranded capacity."""
+
+from __future__ import annotations
+
+from slicewise.catalog import Catalog
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.planner import plan_fleet
+from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP
+
+from .conftest import NOW, forecasts, mig_load, node, observe, pod, whole_gpu_load
+
+MIG_3G = "nvidia.com/mig-3g.40gb"
+MIG_1G = "nvidia.com/mig-1g.10gb"
+
+
+def test_pending_3g_demand_on_an_all_1g_node_gets_a_layout_with_3g_slices(catalog: Catalog) -> None:
+    small = node("n1", mig_config="all-1g.10gb")
+    running = [pod(f"infer-{i}", "n1", MIG_1G) for i in range(6)]
+    plan = plan_fleet(
+        [observe(small, *running)],
+        forecasts(mig_load(small, 0.5, catalog), {MIG_3G: 4}),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    (verdict,) = plan.nodes
+    assert verdict.action == CHANGE
+    desired = catalog.layout_of(verdict.desired.mig_config, "A100-80GB")
+    assert desired is not None
+    capacity = dict(desired)
+    assert capacity.get("3g.40gb", 0) * 4 >= 4  # every pending 3g request fits
+    assert capacity.get("1g.10gb", 0) * 4 >= 6  # and the running 1g pods keep their slices
+    assert verdict.gain_gpu_hours > 1.0
+    assert len(verdict.disruption) == 6  # a MIG change needs the GPUs free: every GPU pod is evicted
+    assert verdict.pending_served == {MIG_3G: 4}
+
+
+def test_without_pending_demand_the_current_layout_is_kept(catalog: Catalog) -> None:
+    balanced = node("n1")
+    plan = plan_fleet(
+        [observe(balanced, pod("a-1", "n1", MIG_1G))],
+        forecasts(mig_load(balanced, 0.5, catalog)),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    assert plan.nodes[0].action == KEEP
+    assert plan.nodes[0].desired == plan.nodes[0].current
+    assert plan.nodes[0].disruption == ()
+
+
+def test_demand_served_by_one_node_is_not_planned_again_on_the_next(catalog: Catalog) -> None:
+    nodes = [node(f"n{i}", mig_config="all-1g.10gb") for i in range(2)]
+    plan = plan_fleet(
+        [observe(n) for n in nodes],
+        forecasts([s for n in nodes for s in mig_load(n, 0.5, catalog)], {MIG_3G: 4}),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    assert [p.action for p in plan.nodes] == [CHANGE, KEEP]
+
+
+def test_non_evictable_pods_block_the_change_or_cordon_when_allowed(catalog: Catalog) -> None:
+    small = node("n1", mig_config="all-1g.10gb")
+    job = pod("train-1", "n1", MIG_1G, evictable=False, kind="Job")
+    inputs = ([observe(small, job)], forecasts(mig_load(small, 0.5, catalog), {MIG_3G: 4}))
+    blocked = plan_fleet(*inputs, catalog, PlannerConfig(), NOW).nodes[0]
+    drained = plan_fleet(*inputs, catalog, PlannerConfig(cordon_to_drain=True), NOW).nodes[0]
+    assert blocked.action == BLOCKED
+    assert "team/train-1 (Job)" in blocked.reasons[-1]
+    assert drained.action == DRAIN
+
+
+def test_mps_replicas_grow_for_pending_whole_gpu_requests_while_load_fits(catalog: Catalog) -> None:
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="mps-2", gpus=2)
+    tenants = [pod(f"nb-{i}", "h1", "nvidia.com/gpu") for i in range(4)]
+    plan = plan_fleet(
+        [observe(whole, *tenants)],
+        forecasts(whole_gpu_load("h1", 2, 0.2, memory=0.2), {"nvidia.com/gpu": 4}),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    (verdict,) = plan.nodes
+    assert verdict.action == CHANGE
+    # 8 tenants wanted (4 running + 4 pending over 2 GPUs) -> mps-4; load 0.4 over 4 tenants allows 7 at 70%.
+    assert verdict.desired.device_plugin_config == "mps-4"
+    assert verdict.desired.mig_config == "all-disabled"
+
+
+def test_mps_tenants_are_capped_by_their_forecast_load(catalog: Catalog) -> None:
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=2)
+    tenants = [pod(f"svc-{i}", "h1", "nvidia.com/gpu") for i in range(2)]
+    plan = plan_fleet(
+        [observe(whole, *tenants)],
+        # each tenant's P90 load is 0.3 of a GPU: at 70% target only 2 fit per GPU, whatever the demand.
+        forecasts(whole_gpu_load("h1", 2, 0.3), {"nvidia.com/gpu": 20}),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    assert plan.nodes[0].desired.device_plugin_config == "mps-2"
+
+
+def test_a_pod_asking_for_two_gpus_keeps_mps_off(catalog: Catalog) -> None:
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", gpus=2)
+    plan = plan_fleet(
+        [observe(whole, pod("big-1", "h1", "nvidia.com/gpu", 2))],
+        forecasts(whole_gpu_load("h1", 2, 0.1), {"nvidia.com/gpu": 6}),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    assert plan.nodes[0].action == KEEP
+    assert any("more than one GPU" in r for r in plan.nodes[0].reasons)
