@@ -39,6 +39,7 @@ class Settings:
     cluster_backend: str
     kubernetes_conn_id: str
     simulated_cluster_state: str
+    simulated_reconfigure_s: float
     planner_model: str
     planner_policy: str
     planner_low_util: float
@@ -52,6 +53,19 @@ class Settings:
     planner_fallback: str
     planner_max_forecast_age_hours: float
     planner_horizon_minutes: int
+    ledger_conn_id: str
+    rollout_wave_shares: str
+    rollout_max_in_flight: int
+    rollout_drain_deadline_s: float
+    rollout_mig_timeout_s: float
+    rollout_poll_s: float
+    rollout_lock_ttl_s: float
+    analysis_bake_s: float
+    analysis_interval_s: float
+    analysis_count: int
+    analysis_util_drop: float
+    analysis_pending_tolerance: float
+    analysis_extra_checks: str
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
         return dataclasses.replace(self, **_coerce_all(overrides))

@@ -94,3 +94,27 @@ def airflow_db() -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def rollout_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A tracking server with an empty registry: the planner finds no champion and trusts a baseline."""
+    from slicewise.stack import mlflow as mlflow_stack
+
+    home = tmp_path_factory.mktemp("mlflow-rollout")
+    service = mlflow_stack.start(home)
+    try:
+        yield service.url
+    finally:
+        processes.stop(service, home / "run")
+
+
+@pytest.fixture()
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rollout_mlflow: str) -> Path:
+    """Validated hours in a fresh storage root; the run's settings point at it and at MLflow."""
+    from tests.support.rollout_dag import publish_history
+
+    publish_history(tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", rollout_mlflow)
+    return tmp_path

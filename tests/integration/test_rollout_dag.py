@@ -4,73 +4,19 @@ against the stand-in API server). Recommend mode must write nothing to the clust
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from slicewise import store
-from slicewise.catalog import layout_capacity, load_catalog
+from slicewise.catalog import load_catalog
 from slicewise.simulator.fleet import Fleet
-from slicewise.stack import mlflow as mlflow_stack
-from slicewise.stack import processes
 from tests.support.fake_apiserver import FakeApiServer
-from tests.support.k8s_objects import gpu_node, gpu_pod, kubernetes_connection_json, write_kubeconfig
-from tests.support.partitions import publish_hour
+from tests.support.k8s_objects import gpu_pod, kubernetes_connection_json, write_kubeconfig
+from tests.support.rollout_dag import read_plan, run_dag
+from tests.support.stand_in_fleet import fleet_api_server
 
 pytestmark = pytest.mark.integration
-DAG_ID = "gpu_partition_rollout"
-#: Three weekday hours around the fleet's daily peak: pending demand appears when slots run out.
-FIRST = datetime(2026, 11, 24, 11, tzinfo=UTC)
-HOURS = 3
-RUN_AFTER = FIRST + timedelta(hours=HOURS, minutes=5)
-#: dag.test names runs after run_after: each test's run gets its own second.
-_RUN_SECONDS = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("mlflow-rollout")
-    service = mlflow_stack.start(home)
-    try:
-        yield service.url
-    finally:
-        processes.stop(service, home / "run")
-
-
-@pytest.fixture()
-def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server: str) -> Path:
-    """Validated hours in a fresh storage root; the run's settings point at it and at MLflow."""
-    root = store.storage_path(tmp_path.as_uri())
-    fleet = Fleet.default()
-    for hour in range(HOURS):
-        publish_hour(root, fleet, FIRST + timedelta(hours=hour))
-    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
-    monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", mlflow_server)
-    return tmp_path
-
-
-def run_dag(**conf: Any) -> dict[str, str]:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags" / f"{DAG_ID}.py"))
-    dag = bag.get_dag(DAG_ID)
-    assert dag is not None, bag.import_errors
-    for task in dag.tasks:
-        task.retries = 0
-    run = dag.test(run_after=RUN_AFTER + timedelta(seconds=next(_RUN_SECONDS)), run_conf=conf)
-    return {ti.task_id: ti.state for ti in run.get_task_instances()} | {"__run__": run.state}
-
-
-def read_plan(root: Path) -> dict[str, Any]:
-    (plan_file,) = root.glob("plans/*/plan.json")
-    for name in ("plan.md", "plan.html", "plan.parquet", "forecasts.json", "observed.json"):
-        assert (plan_file.parent / name).exists(), name
-    return dict(json.loads(plan_file.read_text()))
 
 
 def test_without_a_trusted_forecaster_nothing_is_recommended_and_the_cluster_is_untouched(
@@ -125,28 +71,15 @@ def test_with_the_baseline_fallback_the_plan_recommends_valid_changes_and_writes
 
 
 def _stand_in_cluster() -> FakeApiServer:
-    """The default simulated fleet's nodes as a GPU Operator cluster, with a few GPU pods."""
-    catalog = load_catalog()
-    nodes, pods = [], []
+    """The default simulated fleet's nodes as a GPU Operator cluster, one serving pod on each, and a
+    non-evictable 4-GPU training job on sim-h100-0."""
+    api = fleet_api_server()
     for node in Fleet.default().nodes:
-        model = catalog.model(node.model)
-        plugin = node.device_plugin_config
-        capacity = layout_capacity(
-            model, catalog.layout_of(node.mig_config, model.name), node.gpus, catalog.mps_replicas(plugin)
-        )
-        nodes.append(
-            gpu_node(
-                node.name,
-                product=model.gpu_product,
-                gpu_count=node.gpus,
-                mig_config=node.mig_config,
-                allocatable=capacity,
-                device_plugin_config=plugin,
-            )
-        )
-        resource = sorted(capacity)[0]
-        pods.append(gpu_pod("team-a", f"{node.name}-svc", node=node.name, gpus={resource: 1}))
-    pods.append(
+        resource = sorted(
+            k for k in api.node(node.name)["status"]["allocatable"] if k.startswith("nvidia.com/")
+        )[0]
+        api.add_pod(gpu_pod("team-a", f"{node.name}-svc", node=node.name, gpus={resource: 1}))
+    api.add_pod(
         gpu_pod(
             "research",
             "train-0",
@@ -156,7 +89,7 @@ def _stand_in_cluster() -> FakeApiServer:
             evictable=False,
         )
     )
-    return FakeApiServer(nodes=nodes, pods=pods, token="stand-in-token")
+    return api
 
 
 def test_the_kubernetes_backend_plans_from_the_api_server_and_writes_nothing(

@@ -217,6 +217,13 @@ class FakeApiServer:
             merge_patch(node["metadata"].setdefault("labels", {}), dict(labels))
             self._stamp(node)
 
+    def update_node_externally(self, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Another controller (the GPU Operator, the kubelet) changes the stored node: bumps resourceVersion."""
+        with self._lock:
+            node = self._state.nodes[name]
+            change(node)
+            self._stamp(node)
+
     # -- fault injection and inspection ---------------------------------------------------------------------
 
     def fail_next(self, method: str, path_prefix: str, status: int, message: str = "") -> None:

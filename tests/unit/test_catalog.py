@@ -33,7 +33,7 @@ from slicewise.catalog import (
 )
 from slicewise.cli import main
 from slicewise.settings import CONFIG_DIR
-from slicewise.simulator.fleet import load_config, load_gpu_models
+from slicewise.simulator.fleet import load_config
 
 MODELS = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "A30-24GB"]
 SEVEN_SLICE = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"]
@@ -109,22 +109,6 @@ def test_given_an_unknown_model_name_when_looked_up_then_the_error_names_the_kno
 ) -> None:
     with pytest.raises(CatalogError, match="A100-40GB, A100-80GB"):
         catalog.model("V100")
-
-
-def test_given_the_simulator_loader_when_reading_the_extended_file_then_it_agrees_on_shared_keys(
-    catalog: Catalog,
-) -> None:
-    for name, sim in load_gpu_models().items():
-        model = catalog.model(name)
-        assert (sim.dcgm_model_name, sim.memory_mib, sim.compute_slices, sim.memory_slices) == (
-            model.dcgm_model_name,
-            model.memory_mib,
-            model.compute_slices,
-            model.memory_slices,
-        )
-        assert {p: (v.g, v.mem_slices, v.max) for p, v in sim.profiles.items()} == {
-            p: (v.g, v.mem_slices, v.max) for p, v in model.profiles.items()
-        }
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,33 +31,14 @@ from slicewise.settings import load_settings
 from slicewise.simulator import cli
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet, load_config
+from tests.support.clock import WORKDAY_INSTANT, FakeClock
 
-#: Monday 2024-01-08 14:00:30 UTC: working hours, most slots hold a pod
-INSTANT = 1_704_672_000 + 14 * 3600 + 30
 REQUESTS = "kube_pod_container_resource_requests"
 
 
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = float(now)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return Fleet.default()
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(INSTANT)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, fleet: Fleet, clock: FakeClock) -> SimulatedCluster:
-    return SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=clock, reconfigure_s=20)
+def cluster(open_cluster: Callable[[float], SimulatedCluster]) -> SimulatedCluster:
+    return open_cluster(20)
 
 
 # -- initial state ------------------------------------------------------------------------------------------------
@@ -122,7 +104,7 @@ def _exporter_pods(fleet: Fleet, at: float) -> set[tuple[str, str, str, str]]:
 def test_given_a_time_then_the_pods_are_the_exporters_running_pods(
     cluster: SimulatedCluster, fleet: Fleet, clock: FakeClock
 ) -> None:
-    for at in (INSTANT, INSTANT + 5 * 3600 + 17):
+    for at in (WORKDAY_INSTANT, WORKDAY_INSTANT + 5 * 3600 + 17):
         clock.now = at
         listed = set()
         for node in fleet.nodes:
@@ -141,10 +123,10 @@ def test_given_running_pods_then_their_start_is_where_the_load_model_turns_the_s
     # The cordon rule needs each pod's start; it must be the epoch boundary of load.slot_load.
     from slicewise.cluster.simulated import _running_pods
 
-    pods = _running_pods(fleet, INSTANT)
+    pods = _running_pods(fleet, WORKDAY_INSTANT)
     assert pods
     for pod in pods[:: max(1, len(pods) // 20)]:
-        assert pod.started <= INSTANT
+        assert pod.started <= WORKDAY_INSTANT
         assert pod.name in {p.name for p in _running_pods(fleet, pod.started)}
         assert pod.slot not in {p.slot for p in _running_pods(fleet, pod.started - 1)}
 

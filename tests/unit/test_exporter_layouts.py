@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,23 +12,9 @@ from slicewise.cluster.base import MIG_CONFIG_LABEL
 from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet, FleetConfigError
+from tests.support.clock import WORKDAY_INSTANT, FakeClock
 
-#: Monday 2024-01-08 14:00:30 UTC
-INSTANT = 1_704_672_000 + 14 * 3600 + 30
 NODE = "sim-a100-80-0"
-
-
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = float(now)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return Fleet.default()
 
 
 def instances(collector: FleetCollector) -> dict[str, set[tuple[str, str, str, str]]]:
@@ -48,10 +35,9 @@ def allocatable(collector: FleetCollector, node: str) -> dict[str, float]:
 
 
 def test_given_a_completed_reconfiguration_then_the_nodes_series_switch_profiles(
-    tmp_path: Path, fleet: Fleet
+    open_cluster: Callable[[float], SimulatedCluster], fleet: Fleet, clock: FakeClock
 ) -> None:
-    clock = FakeClock(INSTANT)
-    cluster = SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=clock, reconfigure_s=20)
+    cluster = open_cluster(20)
     collector = FleetCollector(fleet, clock=clock, state_path=cluster.state_path)
     before = instances(collector)
     assert before == instances(FleetCollector(fleet, clock=clock))  # a fresh state is the configured fleet
@@ -75,10 +61,9 @@ def test_given_a_completed_reconfiguration_then_the_nodes_series_switch_profiles
 
 
 def test_given_mps_applied_then_the_gpu_series_carry_no_pod_and_capacity_multiplies(
-    tmp_path: Path, fleet: Fleet
+    open_cluster: Callable[[float], SimulatedCluster], fleet: Fleet, clock: FakeClock
 ) -> None:
-    clock = FakeClock(INSTANT)
-    cluster = SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=clock, reconfigure_s=0)
+    cluster = open_cluster(0)
     collector = FleetCollector(fleet, clock=clock, state_path=cluster.state_path)
     assert allocatable(collector, "sim-h100-0") == {"nvidia_com_gpu": 4}
     cluster.set_labels("sim-h100-0", {"nvidia.com/device-plugin.config": "mps-8"}, expected={})
@@ -87,18 +72,18 @@ def test_given_mps_applied_then_the_gpu_series_carry_no_pod_and_capacity_multipl
 
 
 def test_given_no_state_file_then_the_configured_fleet_is_served(tmp_path: Path, fleet: Fleet) -> None:
-    collector = FleetCollector(fleet, clock=lambda: INSTANT, state_path=tmp_path / "missing.json")
-    assert collector.fleet_at(INSTANT) is fleet
-    plain = FleetCollector(fleet, clock=lambda: INSTANT)
+    collector = FleetCollector(fleet, clock=lambda: WORKDAY_INSTANT, state_path=tmp_path / "missing.json")
+    assert collector.fleet_at(WORKDAY_INSTANT) is fleet
+    plain = FleetCollector(fleet, clock=lambda: WORKDAY_INSTANT)
     assert instances(collector) == instances(plain)
     assert not (tmp_path / "missing.json").exists()  # the exporter never creates the state
 
 
 def test_given_an_unchanged_state_file_then_the_fleet_is_reused(tmp_path: Path, fleet: Fleet) -> None:
-    SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=lambda: INSTANT)
-    collector = FleetCollector(fleet, clock=lambda: INSTANT, state_path=tmp_path / "state.json")
-    first = collector.fleet_at(INSTANT)
-    assert collector.fleet_at(INSTANT + 60) is first
+    SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=lambda: WORKDAY_INSTANT)
+    collector = FleetCollector(fleet, clock=lambda: WORKDAY_INSTANT, state_path=tmp_path / "state.json")
+    first = collector.fleet_at(WORKDAY_INSTANT)
+    assert collector.fleet_at(WORKDAY_INSTANT + 60) is first
 
 
 def test_given_applied_layouts_then_with_applied_changes_only_those_nodes(fleet: Fleet) -> None:

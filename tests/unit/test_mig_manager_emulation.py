@@ -3,7 +3,7 @@ describe the real ones: what a label change does, when, and how it fails."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -13,35 +13,14 @@ from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import demand_rows
+from tests.support.clock import FakeClock
 
-#: Monday 2024-01-08 14:00:30 UTC: working hours, most slots hold a pod
-INSTANT = 1_704_672_000 + 14 * 3600 + 30
 RECONFIGURE_S = 20
 
 
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = float(now)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return Fleet.default()
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(INSTANT)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, fleet: Fleet, clock: FakeClock) -> SimulatedCluster:
-    return SimulatedCluster.open(
-        tmp_path / "state.json", fleet=fleet, clock=clock, reconfigure_s=RECONFIGURE_S
-    )
+def cluster(open_cluster: Callable[[float], SimulatedCluster]) -> SimulatedCluster:
+    return open_cluster(RECONFIGURE_S)
 
 
 def drain(cluster: SimulatedCluster, node: str) -> None:

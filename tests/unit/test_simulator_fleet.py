@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slicewise.simulator.fleet import Fleet, FleetConfigError, load_config, load_gpu_models
+from slicewise.catalog import load_catalog
+from slicewise.simulator.fleet import Fleet, FleetConfigError, load_config
 from slicewise.simulator.layout import KIND_MIG, KIND_MPS, KIND_WHOLE, resource_name
 
 
@@ -21,7 +22,7 @@ def _config_with_nodes(*nodes: dict[str, Any]) -> dict[str, Any]:
 def test_default_fleet_mixes_mig_mps_and_whole_gpus_of_real_models() -> None:
     # given the shipped configuration
     fleet = Fleet.default()
-    models = load_gpu_models()
+    models = load_catalog().models
 
     # then it is the ~6 node / ~24 GPU demo fleet with every sharing kind and the four target models
     assert 5 <= len(fleet.nodes) <= 8
@@ -61,7 +62,7 @@ def test_layout_has_one_series_per_mig_instance_and_per_whole_or_mps_gpu() -> No
 def test_mig_instance_capacity_is_the_profile_memory_and_ids_are_unique_per_gpu() -> None:
     fleet = Fleet.default()
     layout = fleet.layout
-    models = load_gpu_models()
+    models = load_catalog().models
     seen: set[tuple[int, int, str]] = set()
     for r in np.flatnonzero(layout.series_kind == KIND_MIG).tolist():
         node = fleet.nodes[layout.series_node[r]]

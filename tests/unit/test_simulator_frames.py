@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from slicewise import schema
+from slicewise.catalog import load_catalog
 from slicewise.simulator import demand, gpu_samples
-from slicewise.simulator.fleet import Fleet, load_gpu_models
+from slicewise.simulator.fleet import Fleet
 
 MONDAY = 1_704_672_000  # 2024-01-08 00:00 UTC
 HOUR = 3600
@@ -58,7 +59,7 @@ def test_mig_rows_have_no_gpu_util_and_share_device_readings(day_gpu: pd.DataFra
 
 
 def test_memory_adds_up_to_the_device_or_instance_size(day_gpu: pd.DataFrame) -> None:
-    models = {m.dcgm_model_name: m for m in load_gpu_models().values()}
+    models = {m.dcgm_model_name: m for m in load_catalog().models.values()}
     total = day_gpu["fb_used_mib"] + day_gpu["fb_free_mib"]
     expected = [
         models[name].profiles[profile].memory_mib if profile else models[name].memory_mib

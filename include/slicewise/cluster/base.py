@@ -80,6 +80,14 @@ class GpuPod:
     owner_name: str
     evictable: bool  # opted in by annotation and no PodDisruptionBudget forbids it right now
     blockers: tuple[str, ...] = ()  # why it may not be evicted, in words (empty when evictable)
+    # Opted in, and only PodDisruptionBudgets that allow no disruption right now stand in the way: that can
+    # change as replicas become ready, so a drain retries its eviction until a deadline instead of giving up.
+    budget_blocked: bool = False
+
+    @property
+    def may_drain(self) -> bool:
+        """Evictable now, or once its disruption budget allows."""
+        return self.evictable or self.budget_blocked
 
 
 class ClusterBackend(Protocol):

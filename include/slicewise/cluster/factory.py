@@ -26,7 +26,9 @@ def open_backend(settings: Settings) -> ClusterBackend:
     if settings.cluster_backend == "simulated":
         from slicewise.cluster.simulated import SimulatedCluster
 
-        return SimulatedCluster.open(simulated_state_path(settings))
+        return SimulatedCluster.open(
+            simulated_state_path(settings), reconfigure_s=settings.simulated_reconfigure_s
+        )
     if settings.cluster_backend == "kubernetes":
         from slicewise.cluster.kubernetes import KubernetesCluster
 

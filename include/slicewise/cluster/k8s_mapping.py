@@ -159,6 +159,10 @@ def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
     return True
 
 
+#: Prefix of the one blocker that can clear by itself (a budget allowing no disruption *now*).
+_BUDGET_BLOCKER = "PodDisruptionBudget "
+
+
 def eviction_blockers(pod: Any, owner_kind: str, pdbs: Iterable[Any]) -> tuple[str, ...]:
     """Every reason Slicewise may not evict ``pod`` now, in words; empty when it may.
 
@@ -180,7 +184,7 @@ def eviction_blockers(pod: Any, owner_kind: str, pdbs: Iterable[Any]) -> tuple[s
         allowed = (pdb.status and pdb.status.disruptions_allowed) or 0
         if allowed <= 0:
             blockers.append(
-                f"PodDisruptionBudget {pdb.metadata.namespace}/{pdb.metadata.name} allows 0 disruptions"
+                f"{_BUDGET_BLOCKER}{pdb.metadata.namespace}/{pdb.metadata.name} allows 0 disruptions"
             )
     if len(covering) > 1:
         # The Eviction API answers 500 for such pods ("more than one PodDisruptionBudget").
@@ -206,6 +210,7 @@ def gpu_pod_from_api(pod: Any, pdbs: Sequence[Any]) -> GpuPod | None:
         owner_name=owner_name,
         evictable=not blockers,
         blockers=blockers,
+        budget_blocked=bool(blockers) and all(b.startswith(_BUDGET_BLOCKER) for b in blockers),
     )
 
 

@@ -80,6 +80,25 @@ def endpoint_from_connection(
     )
 
 
+def connect(endpoint: PrometheusEndpoint, timeout_s: float | None = None) -> PrometheusConnect:
+    """A ``prometheus-api-client`` connection with the endpoint's URL, auth, TLS and headers, and no HTTP-level
+    retries: callers decide what a failure means (retried by the reader, an Error measurement in analysis)."""
+    import requests
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    session = requests.Session()
+    session.verify = endpoint.verify  # bool, or the path of a CA bundle
+    return PrometheusConnect(
+        url=endpoint.url,
+        headers=dict(endpoint.headers),
+        auth=endpoint.basic_auth,
+        retry=Retry(total=0),
+        timeout=None if timeout_s is None else int(timeout_s),
+        session=session,
+    )
+
+
 class PrometheusReader:
     """Reads Slicewise's series for one interval; one instance per task run."""
 
@@ -91,21 +110,8 @@ class PrometheusReader:
     @property
     def client(self) -> PrometheusConnect:
         if self._client is None:
-            import requests
-            from prometheus_api_client import PrometheusConnect
-            from urllib3.util.retry import Retry
-
-            session = requests.Session()
-            session.verify = self.endpoint.verify  # bool, or the path of a CA bundle
             # Retries are ours (classified, and visible in the task log), so the HTTP adapter does none.
-            self._client = PrometheusConnect(
-                url=self.endpoint.url,
-                headers=dict(self.endpoint.headers),
-                auth=self.endpoint.basic_auth,
-                retry=Retry(total=0),
-                timeout=int(self.settings.query_timeout_s),
-                session=session,
-            )
+            self._client = connect(self.endpoint, timeout_s=self.settings.query_timeout_s)
         return self._client
 
     def _call(self, description: str, function: Any, *args: Any, **kwargs: Any) -> Any:

@@ -153,7 +153,7 @@ def _guard(
             KEEP,
             f"dwell time: changed at {changed:%Y-%m-%d %H:%M} UTC, less than {config.dwell_hours:g} h ago",
         )
-    stuck = [describe_pod(pod) + ": " + "; ".join(pod.blockers) for pod in ctx.obs.pods if not pod.evictable]
+    stuck = [describe_pod(pod) + ": " + "; ".join(pod.blockers) for pod in ctx.obs.pods if not pod.may_drain]
     if stuck:
         action = DRAIN if config.cordon_to_drain else BLOCKED
         hint = (

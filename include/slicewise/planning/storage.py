@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import GpuNode, GpuPod
 from slicewise.planning import report
-from slicewise.planning.types import DemandForecast, FleetPlan, Forecasts, NodeObservation, SeriesForecast
+from slicewise.planning.types import (
+    DemandForecast,
+    DesiredState,
+    FleetPlan,
+    Forecasts,
+    NodeObservation,
+    NodePlan,
+    SeriesForecast,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -94,3 +102,29 @@ def recent_plan(root: ObjectStoragePath, now: datetime, minutes: int) -> bool:
         return False
     made_at = datetime.fromisoformat(_read(path)["made_at"])
     return timedelta(0) <= now - made_at < timedelta(minutes=minutes)
+
+
+def read_plan(path: ObjectStoragePath) -> FleetPlan:
+    """The plan written by :func:`write_plan` (``plan.json``)."""
+    raw = _read(path)
+    nodes = []
+    for p in raw["nodes"]:
+        nodes.append(
+            NodePlan(
+                **{
+                    **p,
+                    "current": DesiredState(**p["current"]),
+                    "desired": DesiredState(**p["desired"]),
+                    "reasons": tuple(p["reasons"]),
+                    "disruption": tuple(p["disruption"]),
+                }
+            )
+        )
+    return FleetPlan(
+        policy=raw["policy"],
+        predictor=raw["predictor"],
+        trusted=raw["trusted"],
+        horizon_minutes=raw["horizon_minutes"],
+        nodes=tuple(nodes),
+        notes=tuple(raw["notes"]),
+    )

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from slicewise.catalog.models import GpuModel, load_models
 from slicewise.settings import CONFIG_DIR
 from slicewise.simulator.layout import Layout, build_layout, resource_name
 from slicewise.simulator.load import CycleParams, DeviceParams, LoadClass
@@ -29,26 +30,6 @@ GPUS_PER_SYNTHETIC_NODE = 8
 
 class FleetConfigError(ValueError):
     """The simulator configuration names an unknown model, profile, workload or an impossible layout."""
-
-
-@dataclass(frozen=True)
-class MigProfile:
-    name: str
-    g: int
-    mem_slices: int
-    memory_mib: int
-    max: int
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    name: str
-    dcgm_model_name: str
-    memory_mib: int
-    tdp_w: float
-    compute_slices: int
-    memory_slices: int
-    profiles: Mapping[str, MigProfile]
 
 
 @dataclass(frozen=True)
@@ -101,8 +82,11 @@ class Fleet:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], models: Mapping[str, GpuModel] | None = None) -> Fleet:
-        """A fleet from a parsed ``simulator.yaml``-shaped mapping; raises FleetConfigError on bad input."""
-        models = dict(models) if models is not None else load_gpu_models()
+        """A fleet from a parsed ``simulator.yaml``-shaped mapping; raises FleetConfigError on bad input.
+
+        ``models`` defaults to the catalogue's models of ``include/config/gpu_models.yaml``.
+        """
+        models = dict(models) if models is not None else load_models(GPU_MODELS_CONFIG)
         classes = {name: LoadClass.from_mapping(name, raw) for name, raw in config["classes"].items()}
         workloads = {
             name: Workload(name, raw["namespace"], raw["class"], raw["container"])
@@ -226,26 +210,6 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FleetConfigError(f"{path or SIMULATOR_CONFIG}: expected a mapping")
     return data
-
-
-def load_gpu_models(path: Path | None = None) -> dict[str, GpuModel]:
-    """GPU models and MIG profiles of ``include/config/gpu_models.yaml``."""
-    raw = yaml.safe_load((path or GPU_MODELS_CONFIG).read_text())["models"]
-    return {
-        name: GpuModel(
-            name=name,
-            dcgm_model_name=str(m["dcgm_model_name"]),
-            memory_mib=int(m["memory_mib"]),
-            tdp_w=float(m["tdp_w"]),
-            compute_slices=int(m["compute_slices"]),
-            memory_slices=int(m["memory_slices"]),
-            profiles={
-                p: MigProfile(p, int(v["g"]), int(v["mem_slices"]), int(v["memory_mib"]), int(v["max"]))
-                for p, v in m["profiles"].items()
-            },
-        )
-        for name, m in raw.items()
-    }
 
 
 def _parse_node(raw: Mapping[str, Any]) -> Node:

@@ -16,7 +16,8 @@ import numpy as np
 from slicewise.simulator import noise
 
 if TYPE_CHECKING:
-    from slicewise.simulator.fleet import Fleet, GpuModel, Node
+    from slicewise.catalog.models import GpuModel
+    from slicewise.simulator.fleet import Fleet, Node
 
 KIND_WHOLE, KIND_MIG, KIND_MPS = 0, 1, 2
 #: PCI bus numbers of the eight GPUs of a DGX A100/H100 board, so bus ids look like the real thing.

@@ -52,12 +52,17 @@ def binary() -> str:
 
 
 def start(
-    home: Path, *, port: int | None = None, scrape_targets: Sequence[str] = (), name: str = "prometheus"
+    home: Path,
+    *,
+    port: int | None = None,
+    scrape_targets: Sequence[str] = (),
+    name: str = "prometheus",
+    scrape_interval_s: int = 15,
 ) -> processes.Service:
     """Start Prometheus with data in ``home/data`` (which may already hold backfilled blocks)."""
     port = port or processes.free_port()
     config = home / "prometheus.yml"
-    write_config(config, scrape_targets)
+    write_config(config, scrape_targets, scrape_interval_s)
     url = f"http://{processes.LOOPBACK}:{port}"
     argv = [
         binary(),

@@ -1,0 +1,1 @@
+"""Gradual rollout of a partition plan: waves, apply/verify/analyse/rollback, and the durable ledger."""

@@ -1,0 +1,360 @@
+"""The rollout of one plan, as steps the DAG's tasks call: start or recover, apply a wave, analyse it, settle a
+pause, finish, roll back. State lives in the ledger, never in the task: any step can be re-run after a crash.
+
+Statuses (ledger): RUNNING → (wave by wave) → PROMOTED; an analysis Failed/Error or a failed node → ROLLING_BACK
+→ ROLLED_BACK (every changed node back at its snapshot) or FAILED (a restore failed: a person must look);
+Inconclusive → PAUSED until a person answers in the Airflow UI (approve → RUNNING, reject or timeout →
+ROLLING_BACK).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from slicewise.catalog import Catalog
+from slicewise.cluster.base import ClusterBackend
+from slicewise.planning.types import CHANGE, FleetPlan
+from slicewise.rollout import analysis
+from slicewise.rollout import ledger as ledger_mod
+from slicewise.rollout.checks import Check
+from slicewise.rollout.ledger import Ledger
+from slicewise.rollout.measure import PrometheusMeasurer, take_baseline, take_measurement
+from slicewise.rollout.procedure import Clock, Procedure, Timing
+from slicewise.rollout.waves import batches, order_changes, plan_waves
+
+log = logging.getLogger(__name__)
+
+
+class RolloutBusy(RuntimeError):
+    """Another run holds the cluster's rollout lock."""
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """Everything a rollout step needs; built by the DAG task from settings and connections."""
+
+    backend: ClusterBackend
+    ledger: Ledger
+    catalog: Catalog
+    clock: Clock
+    timing: Timing
+    cluster: str  # identity of the cluster the lock and the ledger rows belong to
+    run_id: str
+    shares: tuple[float, ...]
+    max_in_flight: int
+    lock_ttl_s: float
+    takeover_prefix: str = ""  # lock holders with this prefix ended (same DAG, one run at a time)
+
+    def procedure(self, rollout_id: int) -> Procedure:
+        return Procedure(self.backend, self.ledger, rollout_id, self.catalog, self.timing, self.clock)
+
+    def event(self, rollout_id: int, message: str, wave: int | None = None) -> None:
+        log.info("%s", message)
+        self.ledger.add_event(rollout_id, message, self.clock.now(), wave=wave)
+
+
+def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
+    """Take the cluster's lock, then resume this run's rollout, recover an abandoned one, or start the plan's.
+
+    An unfinished rollout of another run is rolled back, never resumed: its plan is stale, and the nodes it
+    touched must first return to a known state. This run then changes nothing else (the next run plans anew).
+    """
+    now = ctx.clock.now()
+    if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
+        holder = ctx.ledger.lock_holder(ctx.cluster, now) or ""
+        if not (ctx.takeover_prefix and holder.startswith(ctx.takeover_prefix)):
+            raise RolloutBusy(f"cluster {ctx.cluster} is locked by {holder}: one rollout at a time")
+        # A run of this same DAG, which runs one at a time: the holder has ended without releasing it.
+        ctx.ledger.release_lock(ctx.cluster, holder)
+        if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
+            raise RolloutBusy(f"cluster {ctx.cluster}: could not take over the lock of {holder}")
+    unfinished = ctx.ledger.unfinished_rollout(ctx.cluster)
+    if unfinished is not None and unfinished.run_id == ctx.run_id:
+        ctx.event(
+            unfinished.id, f"run {ctx.run_id} resumes its rollout {unfinished.id} ({unfinished.status})"
+        )
+        return {"rollout_id": unfinished.id, "action": "resumed", "waves": _wave_nodes(ctx, unfinished.id)}
+    if unfinished is not None:
+        if unfinished.status != ledger_mod.ROLLING_BACK:
+            ctx.ledger.set_rollout_status(
+                unfinished.id,
+                ledger_mod.ROLLING_BACK,
+                f"left unfinished by run {unfinished.run_id}; found by run {ctx.run_id}: rolling back",
+                now,
+            )
+        return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
+    changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
+    if not changes:
+        ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
+        return {"rollout_id": None, "action": "nothing to change", "waves": []}
+    waves = plan_waves([p.node for p in changes], ctx.shares)
+    desired = {
+        p.node: {
+            "nvidia.com/mig.config": p.desired.mig_config,
+            "nvidia.com/device-plugin.config": p.desired.device_plugin_config,
+        }
+        for p in changes
+    }
+    rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
+    ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
+    return {"rollout_id": rollout.id, "action": "started", "waves": waves}
+
+
+def _wave_nodes(ctx: Rollouts, rollout_id: int) -> list[list[str]]:
+    return [list(w.nodes) for w in ctx.ledger.waves(rollout_id)]
+
+
+def _running(ctx: Rollouts, rollout_id: int | None, index: int) -> list[str] | None:
+    """The wave's nodes if the rollout is running and has that wave; None means: nothing to do."""
+    if rollout_id is None:
+        return None
+    rollout = ctx.ledger.rollout(rollout_id)
+    waves = ctx.ledger.waves(rollout_id)
+    if rollout.status != ledger_mod.RUNNING or index >= len(waves):
+        return None
+    return list(waves[index].nodes)
+
+
+def apply_wave(ctx: Rollouts, rollout_id: int | None, index: int) -> dict[str, Any]:
+    """Change the wave's nodes batch by batch (at most ``max_in_flight`` at once). A failed node sends the
+    whole rollout to ROLLING_BACK; an aborted node (drain deadline, labels changed) is left as it was."""
+    nodes = _running(ctx, rollout_id, index)
+    if nodes is None or rollout_id is None:
+        return {"wave": index, "skipped": True}
+    ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_APPLYING, ctx.clock.now())
+    procedure = ctx.procedure(rollout_id)
+    outcome: dict[str, str] = {}
+    for batch in batches(nodes, ctx.max_in_flight):
+        outcome.update(procedure.apply(batch))
+        if ledger_mod.FAILED in outcome.values():
+            break  # no further batch once one node failed: the rollout is going back
+    failed = sorted(n for n, status in outcome.items() if status == ledger_mod.FAILED)
+    if failed:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_FAILED, ctx.clock.now())
+        ctx.ledger.set_rollout_status(
+            rollout_id,
+            ledger_mod.ROLLING_BACK,
+            f"wave {index}: change failed on {', '.join(failed)}",
+            ctx.clock.now(),
+        )
+    else:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_ANALYSING, ctx.clock.now())
+    for node in nodes:
+        record = ctx.ledger.node(rollout_id, node)
+        before = (record.snapshot or {}).get("labels")
+        log.info(
+            "wave %d %s: %s -> %s: %s (%s)", index, node, before, record.desired, record.status, record.detail
+        )
+    return {"wave": index, "skipped": False, "nodes": outcome}
+
+
+def analyse_wave(
+    ctx: Rollouts,
+    rollout_id: int | None,
+    index: int,
+    measurer: PrometheusMeasurer,
+    checks: Sequence[Check],
+    *,
+    bake_s: float,
+    min_window_s: float = 30.0,
+) -> dict[str, Any]:
+    """Bake, then measure every check on every changed node of the wave until each metric is decided
+    (Argo semantics); Successful → RUNNING, Failed/Error → ROLLING_BACK, Inconclusive → PAUSED."""
+    nodes = _running(ctx, rollout_id, index)
+    if nodes is None or rollout_id is None:
+        return {"wave": index, "skipped": True}
+    changed = [n for n in nodes if ctx.ledger.node(rollout_id, n).status == ledger_mod.DONE]
+    if not changed:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_PASSED, ctx.clock.now())
+        ctx.event(rollout_id, f"wave {index}: no node changed (all aborted): nothing to analyse", index)
+        return {"wave": index, "skipped": False, "outcome": analysis.Outcome.SUCCESSFUL.value, "reasons": []}
+    ctx.event(rollout_id, f"wave {index}: baking {bake_s:g} s before analysis", index)
+    ctx.clock.sleep(bake_s)
+    targets = _targets(ctx, rollout_id, changed, checks)
+    changed_at = min(at for _, _, at in targets) if targets else ctx.clock.now()
+
+    def window() -> float:
+        # The window is the time since the change: a check sees only the node's new configuration, and its
+        # baseline the same length of time just before the change.
+        return max(min_window_s, (ctx.clock.now() - changed_at).total_seconds())
+
+    first_window = window()
+    baselines = {
+        (check.name, node): take_baseline(measurer, check, node, first_window, at)
+        for check, node, at in targets
+        if check.baseline_query
+    }
+    measurements: list[analysis.Measurement] = []
+    decided: dict[tuple[str, str], analysis.Outcome] = {}
+    # Errors do not count towards a check's count (Argo): allow the extra rounds an error streak may take.
+    rounds = max((c.count + c.consecutive_error_limit + 1 for c in checks), default=0)
+    for round_index in range(rounds):
+        pending = [(c, n) for c, n, _ in targets if (c.name, n) not in decided]
+        if not pending:
+            break
+        if round_index:
+            ctx.clock.sleep(min(check.interval_s for check, _ in pending))
+        span = window()
+        for check, node in pending:
+            key = (check.name, node)
+            taken = take_measurement(measurer, check, node, span, baselines.get(key), ctx.clock.now())
+            measurements.append(taken)
+            ctx.ledger.add_measurement(
+                rollout_id,
+                index,
+                check.name,
+                node,
+                taken.outcome.value,
+                taken.value,
+                taken.detail,
+                ctx.clock.now(),
+            )
+            done = analysis.metric_outcome(
+                check, [m.outcome for m in measurements if (m.check, m.node) == key]
+            )
+            if done is not None:
+                decided[key] = done
+        if any(o != analysis.Outcome.SUCCESSFUL and not _dry(checks, k[0]) for k, o in decided.items()):
+            break  # Argo terminates the run once a metric is Failed, Error or Inconclusive
+    result = analysis.verdict(checks, measurements, nodes=changed)
+    _settle(ctx, rollout_id, index, result)
+    return {
+        "wave": index,
+        "skipped": False,
+        "outcome": result.outcome.value,
+        "reasons": list(result.reasons),
+        "measurements": len(measurements),
+    }
+
+
+def _dry(checks: Sequence[Check], name: str) -> bool:
+    return any(c.name == name and c.dry_run for c in checks)
+
+
+def _targets(
+    ctx: Rollouts, rollout_id: int, nodes: Sequence[str], checks: Sequence[Check]
+) -> list[tuple[Check, str, datetime]]:
+    """(check, node, baseline time) to measure: per changed node, or once for the pool (node "*")."""
+    taken = {n: _snapshot_time(ctx, rollout_id, n) for n in nodes}
+    out = []
+    for check in checks:
+        if check.scope == "pool":
+            out.append((check, "*", min(taken.values())))
+        else:
+            out.extend((check, n, taken[n]) for n in nodes)
+    return out
+
+
+def _snapshot_time(ctx: Rollouts, rollout_id: int, node: str) -> datetime:
+    snapshot = ctx.ledger.node(rollout_id, node).snapshot or {}
+    raw = snapshot.get("taken_at")
+    return datetime.fromisoformat(str(raw)) if raw else ctx.clock.now()
+
+
+def _settle(ctx: Rollouts, rollout_id: int, index: int, result: analysis.Verdict) -> None:
+    now = ctx.clock.now()
+    why = "; ".join(result.reasons) or "every check successful"
+    if result.outcome == analysis.Outcome.SUCCESSFUL:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_PASSED, now)
+        ctx.event(rollout_id, f"wave {index}: analysis Successful", index)
+    elif result.outcome == analysis.Outcome.INCONCLUSIVE:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_INCONCLUSIVE, now)
+        ctx.ledger.set_rollout_status(rollout_id, ledger_mod.PAUSED, f"wave {index} inconclusive: {why}", now)
+    else:
+        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_FAILED, now)
+        ctx.ledger.set_rollout_status(
+            rollout_id, ledger_mod.ROLLING_BACK, f"wave {index} analysis {result.outcome.value}: {why}", now
+        )
+
+
+def is_paused(ctx: Rollouts, rollout_id: int | None) -> bool:
+    return rollout_id is not None and ctx.ledger.rollout(rollout_id).status == ledger_mod.PAUSED
+
+
+def answer_pause(ctx: Rollouts, rollout_id: int, approved: bool, who: str) -> str:
+    """A person's answer to an Inconclusive wave: continue, or roll back (also the answer on timeout)."""
+    status = ledger_mod.RUNNING if approved else ledger_mod.ROLLING_BACK
+    verb = "approved: continuing" if approved else "rejected (or timed out): rolling back"
+    if ctx.ledger.rollout(rollout_id).status == ledger_mod.PAUSED:
+        ctx.ledger.set_rollout_status(rollout_id, status, f"{who} {verb}", ctx.clock.now())
+    return status
+
+
+def finish(ctx: Rollouts, rollout_id: int | None) -> str | None:
+    """After the last wave: a RUNNING rollout whose every wave passed is PROMOTED and the lock released.
+    Anything else is left for ``rollback`` (a wave that never finished means a task failed)."""
+    if rollout_id is None:
+        return None
+    rollout = ctx.ledger.rollout(rollout_id)
+    passed = all(w.status == ledger_mod.WAVE_PASSED for w in ctx.ledger.waves(rollout_id))
+    if rollout.status == ledger_mod.RUNNING and passed:
+        ctx.ledger.set_rollout_status(
+            rollout_id, ledger_mod.PROMOTED, "every wave analysed Successful", ctx.clock.now()
+        )
+        ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
+    return ctx.ledger.rollout(rollout_id).status
+
+
+def rollback(ctx: Rollouts, rollout_id: int | None) -> dict[str, Any]:
+    """Restore every node this rollout touched, newest first, when the rollout is ROLLING_BACK — or still
+    RUNNING/PAUSED: this runs after ``finish``, so a rollout that is not promoted by now was cut short by a
+    failed or killed task, and must not leave nodes half changed."""
+    if rollout_id is None:
+        return {"rolled_back": False}
+    rollout = ctx.ledger.rollout(rollout_id)
+    if rollout.status in (ledger_mod.RUNNING, ledger_mod.PAUSED):
+        ctx.ledger.set_rollout_status(
+            rollout_id, ledger_mod.ROLLING_BACK, "the run ended before the rollout finished", ctx.clock.now()
+        )
+        rollout = ctx.ledger.rollout(rollout_id)
+    if rollout.status != ledger_mod.ROLLING_BACK:
+        return {"rolled_back": False, "status": rollout.status}
+    order = [node for wave in reversed(ctx.ledger.waves(rollout_id)) for node in reversed(list(wave.nodes))]
+    outcome = ctx.procedure(rollout_id).restore(order)
+    failed = sorted(n for n, status in outcome.items() if status == ledger_mod.RESTORE_FAILED)
+    final = ledger_mod.FAILED_ROLLOUT if failed else ledger_mod.ROLLED_BACK
+    ending = (
+        f"restore failed on {', '.join(failed)}: a person must look"
+        if failed
+        else "every node at its snapshot"
+    )
+    # Keep why it rolled back next to how it ended.
+    ctx.ledger.set_rollout_status(rollout_id, final, f"{rollout.reason}; {ending}", ctx.clock.now())
+    ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
+    log.info("%s", ctx.ledger.story(rollout_id))
+    return {"rolled_back": True, "status": final, "nodes": outcome}
+
+
+def is_skipped_wave(ctx: Rollouts, rollout_id: int | None, index: int) -> bool:
+    """True when the wave has nothing to analyse (no rollout, not running, or no such wave)."""
+    return _running(ctx, rollout_id, index) is None
+
+
+def report(ctx: Rollouts, rollout_id: int | None) -> dict[str, Any]:
+    """The outcome for the ``slicewise_rollout`` Asset event and the run's last log lines."""
+    if rollout_id is None:
+        return {"outcome": "nothing to change", "reason": "the plan changes no node", "rollout_id": None}
+    rollout = ctx.ledger.rollout(rollout_id)
+    nodes = ctx.ledger.nodes(rollout_id)
+    counts: dict[str, int] = {}
+    for record in nodes:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    outcome = {
+        ledger_mod.PROMOTED: "promoted",
+        ledger_mod.ROLLED_BACK: "rolled_back",
+        ledger_mod.FAILED_ROLLOUT: "failed",
+        ledger_mod.PAUSED: "paused",
+    }.get(rollout.status, rollout.status.lower())
+    log.info("%s", ctx.ledger.story(rollout_id))
+    return {
+        "outcome": outcome,
+        "reason": rollout.reason,
+        "rollout_id": rollout_id,
+        "waves": len(ctx.ledger.waves(rollout_id)),
+        "nodes": counts,
+        "changed": sorted(r.node for r in nodes if r.status == ledger_mod.DONE),
+    }

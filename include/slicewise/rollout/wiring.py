@@ -1,0 +1,61 @@
+"""Builds a rollout's collaborators from settings and Airflow Connections (only called inside tasks)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from slicewise.catalog import load_catalog
+from slicewise.rollout.engine import Rollouts
+from slicewise.rollout.procedure import Clock, Timing
+from slicewise.rollout.waves import parse_shares
+
+if TYPE_CHECKING:
+    from slicewise.settings import Settings
+
+DAG_ID = "gpu_partition_rollout"
+
+
+def wall_clock() -> Clock:
+    """Real time: a rollout waits on real nodes, so it lives on the wall clock (planning never does)."""
+    return Clock(now=lambda: datetime.now(UTC), sleep=time.sleep)
+
+
+def cluster_identity(settings: Settings) -> str:
+    """Which cluster the lock and the ledger rows belong to."""
+    if settings.cluster_backend == "kubernetes":
+        return f"kubernetes:{settings.kubernetes_conn_id}"
+    from slicewise.cluster.factory import simulated_state_path
+
+    return f"simulated:{simulated_state_path(settings)}"
+
+
+def holder(run_id: str) -> str:
+    """The lock holder and the ledger's run id: DAG and run, so a later run of the same DAG (which
+    ``max_active_runs=1`` starts only after this one ended) may take over a lock this run left behind."""
+    return f"{DAG_ID}/{run_id}"
+
+
+def rollouts(settings: Settings, run_id: str, clock: Clock | None = None) -> Rollouts:
+    from slicewise.cluster.factory import open_backend
+    from slicewise.rollout.ledger import Ledger
+    from slicewise.rollout.ledger_url import ledger_url
+
+    return Rollouts(
+        backend=open_backend(settings),
+        ledger=Ledger.open(ledger_url(settings)),
+        catalog=load_catalog(),
+        clock=clock or wall_clock(),
+        timing=Timing(
+            drain_deadline_s=settings.rollout_drain_deadline_s,
+            mig_timeout_s=settings.rollout_mig_timeout_s,
+            poll_s=settings.rollout_poll_s,
+        ),
+        cluster=cluster_identity(settings),
+        run_id=holder(run_id),
+        shares=parse_shares(settings.rollout_wave_shares),
+        max_in_flight=settings.rollout_max_in_flight,
+        lock_ttl_s=settings.rollout_lock_ttl_s,
+        takeover_prefix=f"{DAG_ID}/",
+    )

@@ -1,0 +1,136 @@
+"""Rollouts through the real ``kubernetes`` client against the stand-in API server: stale success, PDBs past
+their deadline, write conflicts, server errors and timeouts. Each ends with every node at its planned state or
+its snapshot, uncordoned, and the ledger telling the story."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slicewise.cluster.kubernetes import KubernetesCluster
+from slicewise.rollout import engine
+from slicewise.rollout import ledger as ledger_mod
+from tests.support.fake_apiserver import FakeApiServer
+from tests.support.k8s_objects import pdb
+from tests.support.stand_in_fleet import TOKEN, Reacting, StandInOperator, fleet_api_server, serving_pod
+
+from .conftest import Harness, fleet_plan
+
+NODE = "sim-a100-80-0"
+MIG = "nvidia.com/mig.config"
+
+
+def backend(api: FakeApiServer, **kwargs: Any) -> KubernetesCluster:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = api.url
+    configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
+    return KubernetesCluster(client.ApiClient(configuration), backoff_s=0.0, **kwargs)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with fleet_api_server(pods=[serving_pod(NODE, evictable=True)]) as server:
+        yield server
+
+
+def run_one(h: Harness, cluster: Any, nodes: list[str]) -> int:
+    ctx = h.rollouts(backend=cluster)
+    rollout_id = engine.start(ctx, fleet_plan(nodes), "plan.json")["rollout_id"]
+    assert rollout_id is not None
+    for index in range(3):
+        engine.apply_wave(ctx, rollout_id, index)
+        engine.analyse_wave(ctx, rollout_id, index, h.prometheus, h.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.finish(ctx, rollout_id)
+    engine.rollback(ctx, rollout_id)
+    return int(rollout_id)
+
+
+def node_labels(api: FakeApiServer, name: str) -> dict[str, Any]:
+    return dict(api.node(name)["metadata"]["labels"])
+
+
+def test_a_change_the_operator_completes_is_verified_and_promoted(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert node_labels(api, NODE)[MIG] == "all-3g.40gb"
+    assert not api.node(NODE)["spec"].get("unschedulable")
+    assert api.pod("team-a", "svc-0") is None  # evicted through the Eviction API
+    kinds = {(r.method, r.path.rsplit("/", 1)[-1]) for r in api.writes()}
+    assert ("POST", "eviction") in kinds and ("PATCH", NODE) in kinds
+
+
+def test_a_stale_success_is_not_taken_for_the_change_and_the_node_is_put_back(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    operator = StandInOperator(api)
+    operator.idle = True  # the MIG manager never reacts: mig.config.state stays at the old "success"
+    rollout_id = run_one(harness, Reacting(backend(api), operator), [NODE])
+    record = harness.ledger.node(rollout_id, NODE)
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
+    assert record.status == ledger_mod.RESTORED
+    assert "stale success" in harness.ledger.story(rollout_id)
+    assert node_labels(api, NODE)[MIG] == "all-balanced"
+    assert not api.node(NODE)["spec"].get("unschedulable")
+
+
+def test_an_eviction_refused_by_a_pdb_past_the_deadline_aborts_only_that_node(harness: Harness) -> None:
+    guarded = serving_pod(NODE, evictable=True)
+    budget = pdb("team-a", "svc", disruptions_allowed=0, match_labels={"app": "svc-0"})
+    with fleet_api_server(pods=[guarded], pdbs=[budget]) as api:
+        # The planner saw the PDB allowing a disruption; it allows none by the time the node drains.
+        rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
+        record = harness.ledger.node(rollout_id, NODE)
+        assert record.status == ledger_mod.ABORTED
+        assert "drain deadline" in record.detail
+        assert node_labels(api, NODE)[MIG] == "all-balanced"  # never labelled
+        assert not api.node(NODE)["spec"].get("unschedulable")
+        assert api.pod("team-a", "svc-0") is not None
+        evictions = [r for r in api.requests if r.path.endswith("/eviction")]
+        assert len(evictions) > 1  # retried until the deadline
+
+
+def test_a_write_conflict_is_retried_on_fresh_state(harness: Harness, api: FakeApiServer) -> None:
+    def someone_else() -> None:
+        api.set_node_labels_externally(NODE, {"team": "vision"})
+
+    api.before_next("PATCH", f"/api/v1/nodes/{NODE}", someone_else)  # strikes between read and cordon patch
+    rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert any(r.status == 409 for r in api.requests)
+    labels = node_labels(api, NODE)
+    assert labels["team"] == "vision" and labels[MIG] == "all-3g.40gb"
+
+
+def test_server_errors_and_timeouts_are_retried(harness: Harness, api: FakeApiServer) -> None:
+    api.fail_next("PATCH", f"/api/v1/nodes/{NODE}", 500)
+    api.fail_next("GET", f"/api/v1/nodes/{NODE}", 503)
+    api.before_next("GET", f"/api/v1/nodes/{NODE}", lambda: time.sleep(1.5))  # longer than the read timeout
+    rollout_id = run_one(harness, Reacting(backend(api, timeout_s=1.0), StandInOperator(api)), [NODE])
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert any(r.status >= 500 for r in api.requests)
+
+
+def test_an_api_that_keeps_failing_fails_the_wave_and_the_rollback_restores_the_node(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    from slicewise.cluster.base import ClusterError
+
+    cluster = Reacting(backend(api, retries=1), StandInOperator(api))
+    ctx = harness.rollouts(backend=cluster)
+    rollout_id = engine.start(ctx, fleet_plan([NODE]), "plan.json")["rollout_id"]
+    for _ in range(6):  # every attempt of the wave's cordon/uncordon patch fails
+        api.fail_next("PATCH", f"/api/v1/nodes/{NODE}", 500)
+    with pytest.raises(ClusterError):
+        engine.apply_wave(ctx, rollout_id, 0)  # the task fails; Airflow's retries are exhausted
+    engine.finish(ctx, rollout_id)  # not reached in the DAG (upstream failed); a no-op here
+    result = engine.rollback(ctx, rollout_id)
+    assert result["status"] == ledger_mod.ROLLED_BACK
+    assert node_labels(api, NODE)[MIG] == "all-balanced"
+    assert not api.node(NODE)["spec"].get("unschedulable")
