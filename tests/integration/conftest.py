@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,13 @@ def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rollout_mlflow: str
     monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
     monkeypatch.setenv("SLICEWISE_MLFLOW_TRACKING_URI", rollout_mlflow)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def core_api(airflow_db: None) -> Iterator[Any]:
+    """The real Core API (the routes behind the UI's Required Actions page), in process."""
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(apps="core")) as client:
+        yield client

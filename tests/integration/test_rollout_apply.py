@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from slicewise.simulator.exporter import serve
 from slicewise.simulator.fleet import Fleet
 from slicewise.stack import processes
 from slicewise.stack import prometheus as prometheus_stack
-from tests.support.rollout_dag import read_plan, run_dag
+from tests.support.people import run_with_people
+from tests.support.rollout_dag import load_dag, next_run_after, read_plan, run_dag, states
 
 pytestmark = pytest.mark.integration
 CHANGED = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
@@ -139,3 +141,51 @@ def test_a_failing_check_rolls_every_node_back_and_the_run_fails(
         assert rollout.status == ledger_mod.ROLLED_BACK
         assert "team-slo" in rollout.reason
         assert {r.status for r in ledger.nodes(rollout.id)} <= {ledger_mod.RESTORED, ledger_mod.PENDING}
+
+
+#: A check that can only be Inconclusive: its answer meets neither condition.
+UNDECIDED = {
+    "name": "needs-a-person",
+    "query": "vector(1)",
+    "success": "result > 5",
+    "failure": "result < 0",
+    "on_empty": "Inconclusive",
+    "on_nan": "Inconclusive",
+    "scope": "pool",
+}
+
+
+def test_an_inconclusive_wave_waits_for_a_person_who_approves(
+    live_fleet: LiveFleet, core_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    run, answered = run_with_people(load_dag(), next_run_after(), APPLY, core_api, "Continue the rollout")
+    result = states(run)
+    assert result["__run__"] == "success", result
+    assert answered and all(task.endswith(".ask_person") for task in answered)
+    assert result["wave_0.approved"] == "success" and result["wave_0.rejected"] == "skipped"
+    with live_fleet.ledger() as ledger:
+        (rollout,) = ledger.recent_rollouts()
+        assert rollout.status == ledger_mod.PROMOTED
+        events = " ".join(e.message for e in ledger.events(rollout.id))
+        assert "approved" in events
+
+
+def test_nobody_answering_an_inconclusive_wave_rolls_back(
+    live_fleet: LiveFleet, core_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    before = _labels(live_fleet)
+    dag = load_dag()
+    for task in dag.tasks:
+        if task.task_id.endswith(".ask_person"):
+            task.response_timeout = timedelta(seconds=3)  # an hour in production
+    run, _ = run_with_people(dag, next_run_after(), APPLY, core_api, None)
+    result = states(run)
+    assert result["__run__"] == "failed", result
+    assert result["wave_0.rejected"] == "success" and result["wave_0.approved"] == "skipped"
+    assert result["report_rollout"] == "failed"
+    assert _labels(live_fleet) == before
+    with live_fleet.ledger() as ledger:
+        (rollout,) = ledger.recent_rollouts()
+        assert rollout.status == ledger_mod.ROLLED_BACK

@@ -28,8 +28,8 @@ def publish_history(root_url: str) -> None:
         publish_hour(root, fleet, FIRST + timedelta(hours=hour))
 
 
-def run_dag(**conf: Any) -> dict[str, str]:
-    """One run with ``conf`` as its Params (no retries); task id -> state, plus ``__run__``."""
+def load_dag() -> Any:
+    """The DAG as ``dag.test()`` runs it, with retries off (a failure must show at once)."""
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags" / f"{DAG_ID}.py"))
@@ -37,8 +37,21 @@ def run_dag(**conf: Any) -> dict[str, str]:
     assert dag is not None, bag.import_errors
     for task in dag.tasks:
         task.retries = 0
-    run = dag.test(run_after=RUN_AFTER + timedelta(seconds=next(_RUN_SECONDS)), run_conf=conf)
+    return dag
+
+
+def next_run_after() -> datetime:
+    """A distinct run_after per run: ``dag.test()`` derives the run id from it."""
+    return RUN_AFTER + timedelta(seconds=next(_RUN_SECONDS))
+
+
+def states(run: Any) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()} | {"__run__": run.state}
+
+
+def run_dag(**conf: Any) -> dict[str, str]:
+    """One run with ``conf`` as its Params (no retries); task id -> state, plus ``__run__``."""
+    return states(load_dag().test(run_after=next_run_after(), run_conf=conf))
 
 
 def read_plan(root: Path) -> dict[str, Any]:

@@ -203,6 +203,15 @@ def analyse_wave(
             key = (check.name, node)
             taken = take_measurement(measurer, check, node, span, baselines.get(key), ctx.clock.now())
             measurements.append(taken)
+            log.info(
+                "wave %d %s on %s: %s (value %s) %s",
+                index,
+                check.name,
+                node,
+                taken.outcome.value,
+                taken.value,
+                taken.detail,
+            )
             ctx.ledger.add_measurement(
                 rollout_id,
                 index,
@@ -258,6 +267,7 @@ def _snapshot_time(ctx: Rollouts, rollout_id: int, node: str) -> datetime:
 def _settle(ctx: Rollouts, rollout_id: int, index: int, result: analysis.Verdict) -> None:
     now = ctx.clock.now()
     why = "; ".join(result.reasons) or "every check successful"
+    log.info("wave %d decision: %s (%s)", index, result.outcome.value, why)
     if result.outcome == analysis.Outcome.SUCCESSFUL:
         ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_PASSED, now)
         ctx.event(rollout_id, f"wave {index}: analysis Successful", index)
@@ -280,7 +290,12 @@ def answer_pause(ctx: Rollouts, rollout_id: int, approved: bool, who: str) -> st
     status = ledger_mod.RUNNING if approved else ledger_mod.ROLLING_BACK
     verb = "approved: continuing" if approved else "rejected (or timed out): rolling back"
     if ctx.ledger.rollout(rollout_id).status == ledger_mod.PAUSED:
-        ctx.ledger.set_rollout_status(rollout_id, status, f"{who} {verb}", ctx.clock.now())
+        now = ctx.clock.now()
+        if approved:  # the person's approval is the wave's verdict
+            for wave in ctx.ledger.waves(rollout_id):
+                if wave.status == ledger_mod.WAVE_INCONCLUSIVE:
+                    ctx.ledger.set_wave_status(rollout_id, wave.index, ledger_mod.WAVE_PASSED, now)
+        ctx.ledger.set_rollout_status(rollout_id, status, f"{who} {verb}", now)
     return status
 
 

@@ -126,7 +126,7 @@ class Procedure:
         outcome: dict[str, str] = {}
         for name in nodes:
             record = self.ledger.node(self.rollout_id, name)
-            if record.status == ledger_mod.DONE:
+            if record.status in (ledger_mod.DONE, ledger_mod.ABORTED):  # settled before a crash: not again
                 outcome[name] = record.status
                 continue
             try:

@@ -162,3 +162,16 @@ def test_nothing_to_change_starts_nothing(harness: Harness) -> None:
     started = engine.start(ctx, empty.__class__(empty.policy, empty.predictor, True, 60, ()), "plan.json")
     assert started["rollout_id"] is None
     assert engine.report(ctx, None)["outcome"] == "nothing to change"
+
+
+def test_an_approved_wave_counts_as_passed_and_the_rollout_is_promoted(harness: Harness) -> None:
+    harness.prometheus.answer = lambda q, before: (
+        float("nan") if ENGINE in q and not before else 0.5 if ENGINE in q else None
+    )
+    ctx = harness.rollouts(shares=(1.0,))
+    rollout_id = engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["rollout_id"]
+    engine.apply_wave(ctx, rollout_id, 0)
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.answer_pause(ctx, rollout_id, True, "alice")
+    assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
+    assert harness.ledger.waves(rollout_id)[0].status == ledger_mod.WAVE_PASSED
