@@ -62,6 +62,11 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--port", type=int, default=9400, help="port (default 9400, dcgm-exporter's)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     serve.add_argument(
+        "--container",
+        action="store_true",
+        help="allow a non-loopback --host (only inside a container of the compose stack)",
+    )
+    serve.add_argument(
         "--cluster-state",
         type=Path,
         default=None,
@@ -158,7 +163,12 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         fleet = _fleet(args.config)
         server, port = serve(
-            fleet, args.host, args.port, hostname_label=args.hostname_label, state_path=args.cluster_state
+            fleet,
+            args.host,
+            args.port,
+            hostname_label=args.hostname_label,
+            state_path=args.cluster_state,
+            container=args.container,
         )
     except (ValueError, KeyError, OSError, yaml.YAMLError) as exc:
         print(f"simulate serve: {exc!s}", file=sys.stderr)

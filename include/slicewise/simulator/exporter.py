@@ -151,13 +151,17 @@ def serve(
     *,
     hostname_label: str = "Hostname",
     state_path: Path | None = None,
+    container: bool = False,
 ) -> tuple[WSGIServer, int]:
     """Serve ``/metrics`` on ``host:port`` (port 0 = any free port) in a daemon thread.
 
     Returns the server and the bound port; stop it with ``server.shutdown(); server.server_close()``.
-    Only loopback addresses are accepted. ``state_path``: serve the layouts applied in the simulated cluster.
+    Only loopback addresses are accepted, unless ``container``: inside a container of the compose stack the
+    exporter must listen on the container's network for Prometheus to reach it (no host port is published).
+    ``state_path``: serve the layouts applied in the simulated cluster.
     """
-    _check_loopback(host)
+    if not container:
+        _check_loopback(host)
     server, _thread = start_http_server(
         port, addr=host, registry=make_registry(fleet, hostname_label=hostname_label, state_path=state_path)
     )
