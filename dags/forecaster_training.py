@@ -59,9 +59,9 @@ def forecaster_training() -> None:
 
         from airflow.sdk.exceptions import AirflowSkipException
 
+        import slicewise.forecasting.update as update
         from slicewise import store
         from slicewise.connections import mlflow_tracking_uri, task_settings
-        from slicewise.forecasting import update
         from slicewise.forecasting.spec import load_specs
 
         settings = task_settings(params)

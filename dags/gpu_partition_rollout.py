@@ -64,9 +64,11 @@ APPROVAL_TIMEOUT = timedelta(minutes=60)  # no answer from a person in this time
     },
     params={
         "mode": Param(
-            "recommend",
-            enum=["recommend", "apply"],
-            description="recommend: plan and report only. apply: change nodes gradually (canary waves).",
+            None,
+            type=["null", "string"],
+            enum=[None, "recommend", "apply"],
+            description="recommend: plan and report only. apply: change nodes gradually (canary waves). "
+            "Empty: the setting rollout_mode (recommend unless set to apply for this cluster).",
         ),
         "planner_policy": Param(
             None, type=["null", "string"], enum=[None, "packing", "thresholds"], description="Planner policy."
@@ -164,7 +166,7 @@ def gpu_partition_rollout() -> None:
 
         settings = task_settings(params)
         storage.mark_latest(store.storage_path(settings.storage_root), run_id or "manual", dag_run.run_after)
-        if params["mode"] == "apply":
+        if _mode(params, settings) == "apply":
             raise AirflowSkipException("apply mode: report_rollout publishes the outcome")
         extra = {"mode": "recommend", "run_id": run_id, **summary}
         outlet_events[ROLLOUT].extra = extra
@@ -181,9 +183,9 @@ def gpu_partition_rollout() -> None:
         from slicewise.rollout import engine
         from slicewise.rollout.wiring import rollouts
 
-        if params["mode"] != "apply":
-            raise AirflowSkipException("recommend mode: nothing is changed")
         settings = task_settings(params)
+        if _mode(params, settings) != "apply":
+            raise AirflowSkipException("recommend mode: nothing is changed")
         plan_path = summary["paths"]["plan.json"]
         plan = storage.read_plan(_path(plan_path))
         return engine.start(rollouts(settings, run_id or "manual"), plan, plan_path)
@@ -258,10 +260,11 @@ def gpu_partition_rollout() -> None:
         from slicewise.rollout import engine
         from slicewise.rollout.wiring import rollouts
 
-        if params["mode"] != "apply":
+        settings = task_settings(params)
+        if _mode(params, settings) != "apply":
             return {"rolled_back": False}
         started = ti.xcom_pull(task_ids="start_rollout") or {}
-        ctx = rollouts(task_settings(params), run_id or "manual")
+        ctx = rollouts(settings, run_id or "manual")
         return engine.rollback(ctx, started.get("rollout_id"))
 
     @task(trigger_rule="all_done", outlets=[ROLLOUT])
@@ -278,10 +281,11 @@ def gpu_partition_rollout() -> None:
         from slicewise.rollout import engine
         from slicewise.rollout.wiring import rollouts
 
-        if params["mode"] != "apply":
+        settings = task_settings(params)
+        if _mode(params, settings) != "apply":
             raise AirflowSkipException("recommend mode: publish_plan reported the plan")
         started = ti.xcom_pull(task_ids="start_rollout") or {}
-        ctx = rollouts(task_settings(params), run_id or "manual")
+        ctx = rollouts(settings, run_id or "manual")
         report = engine.report(ctx, started.get("rollout_id"))
         outlet_events[ROLLOUT].extra = {"mode": "apply", "run_id": run_id, **report}
         # The watcher: a rollback that succeeded is still a failed rollout, and the run must say so.
@@ -328,6 +332,14 @@ def gpu_partition_rollout() -> None:
     result: Any = rollback()
     finished >> result
     report_rollout(result)
+
+
+def _mode(params: Any, settings: Any) -> str:
+    """The run's Param ``mode``, else the cluster's setting ``rollout_mode``."""
+    mode = params.get("mode") or settings.rollout_mode
+    if mode not in ("recommend", "apply"):
+        raise ValueError(f"rollout_mode must be recommend or apply, got {mode!r}")
+    return str(mode)
 
 
 def _path(url: str) -> Any:

@@ -12,3 +12,7 @@ FORECASTER = Asset(name="slicewise_forecaster", uri="slicewise://forecaster", gr
 
 #: A partition plan (and, in apply mode, its rollout); event extra: mode, counts per action, plan path.
 ROLLOUT = Asset(name="slicewise_rollout", uri="slicewise://rollout", group="slicewise")
+
+#: A published cost report (daily, or the day so far after a rollout); event extra: date, partial, window,
+#: headline totals (GPU-hours and money), the savings estimate, changes and rollbacks, and the report's paths.
+COST_REPORT = Asset(name="slicewise_cost_report", uri="slicewise://cost_report", group="slicewise")

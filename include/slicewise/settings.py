@@ -53,6 +53,7 @@ class Settings:
     planner_fallback: str
     planner_max_forecast_age_hours: float
     planner_horizon_minutes: int
+    rollout_mode: str
     ledger_conn_id: str
     rollout_wave_shares: str
     rollout_max_in_flight: int
@@ -66,6 +67,15 @@ class Settings:
     analysis_util_drop: float
     analysis_pending_tolerance: float
     analysis_extra_checks: str
+    cost_mig_share: str
+    cost_team_map: str
+    cost_prices_file: str
+    cost_low_engine: float
+    cost_memory_bound_dram: float
+    cost_input_bound_pcie_rx_bytes_per_s: float
+    cost_share_util: float
+    cost_share_min_fraction: float
+    cost_savings_window_hours: int
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
         return dataclasses.replace(self, **_coerce_all(overrides))

@@ -1,7 +1,9 @@
 """The Keras 3 quantile LSTM: windows in, quantiles of the mean load per horizon out.
 
-Quantiles cannot cross by construction: the head predicts the median and non-negative increments (softplus)
-for each higher quantile, so P90 >= P50 holds for every input, trained or not. The custom pieces are
+The LSTM reads the window scale-free (load features divided by the window's peak); the head forms each quantile
+as a learned mix of simple forecasts read off the window (last value, the last hour's mean, EWMA, P90 and peak),
+times a learned factor, so forecasts scale with the load. Quantiles cannot cross by construction (a running
+maximum along the quantile axis), so P90 >= P50 holds for every input, trained or not. The custom pieces are
 registered Keras objects, so a saved model loads again without ``safe_mode=False``. Imports TensorFlow: load
 this module only inside tasks.
 """
@@ -26,7 +28,11 @@ if TYPE_CHECKING:
 
 @keras.saving.register_keras_serializable(package="slicewise")
 class MonotoneQuantiles(layers.Layer):
-    """(batch, features) -> (batch, horizons, quantiles), non-decreasing along the quantile axis."""
+    """(batch, features) -> (batch, horizons, quantiles), non-decreasing along the quantile axis.
+
+    The head of earlier versions (median anchored on the hour's mean plus softplus increments); no longer built,
+    kept registered, with :class:`LastValueOf`, so versions registered with it still load.
+    """
 
     def __init__(self, horizons: int, quantiles: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -91,26 +97,146 @@ class PinballLoss(keras.losses.Loss):
         return {**super().get_config(), "quantiles": list(self.levels)}
 
 
+#: Anchors :class:`WindowAnchors` derives from a window, in this order: the simple forecasts the head mixes.
+#: The simple forecasts :class:`WindowAnchors` reads off a window, in this order; the head mixes them.
+ANCHORS = ("last_value", "hour_mean", "hour_ewma", "hour_p90", "hour_max")
+#: Anchors a quantile at or below the median may not use: the hour's peak sets the upper quantiles only.
+UPPER_ONLY = ("hour_max",)
+_LOAD, _OBSERVED = FEATURES.index("load"), FEATURES.index("observed")
+_HOUR_MEAN, _HOUR_P90 = FEATURES.index("hour_mean"), FEATURES.index("hour_p90")
+#: Features in load units, divided by the window's peak in :class:`ScaleFree`.
+_LOAD_VALUED = (_LOAD, _HOUR_MEAN, _HOUR_P90)
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class WindowAnchors(layers.Layer):
+    """(batch, time, features) -> (batch, len(ANCHORS)): the simple forecasts a window gives, as of its end.
+
+    The newest observed load (0 if none), the last hour's mean and P90 (the window's own features: the
+    ``mean_last_hour`` and ``p90_last_hour`` baselines), an EWMA of span one hour over the window's observed
+    steps (``ewma_last_hour`` up to the weight older than the window) and the last hour's peak. Reads only the
+    window, so no anchor looks past its end.
+    """
+
+    def __init__(self, hour_steps: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hour_steps = int(hour_steps)
+
+    def call(self, window: Any) -> Any:
+        load, observed = window[..., _LOAD], window[..., _OBSERVED]
+        steps = ops.shape(window)[1]
+        age = ops.cast(ops.flip(ops.arange(steps), axis=0), "float32")  # 0 at the newest step
+        newest = ops.argmax(observed * (ops.cast(steps, "float32") - age), axis=-1)
+        last = ops.take_along_axis(load, ops.expand_dims(newest, -1), axis=-1)
+        weights = observed * ops.power(1.0 - 2.0 / (self.hour_steps + 1.0), age)
+        ewma = ops.sum(weights * load, axis=-1, keepdims=True) / (
+            ops.sum(weights, axis=-1, keepdims=True) + 1e-9
+        )
+        in_hour = ops.cast(age < self.hour_steps, "float32")
+        peak = ops.max(load * observed * in_hour, axis=-1, keepdims=True)
+        newest_step = window[:, -1, :]
+        mean, p90 = newest_step[:, _HOUR_MEAN : _HOUR_MEAN + 1], newest_step[:, _HOUR_P90 : _HOUR_P90 + 1]
+        return ops.concatenate([last, mean, ewma, p90, peak], axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "hour_steps": self.hour_steps}
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class ScaleFree(layers.Layer):
+    """The window with its load-valued features divided by the window's peak load (plus ``floor``).
+
+    A GPU at 2 % load and one at 60 % with the same shape of history look alike to the LSTM, so what it learns
+    on busy hours carries over to quiet ones; the head puts the level back through the anchors. (A log-level
+    input was tried: it helped on Philly's job starts and cost much more on the GenAI trough.)
+    """
+
+    def __init__(self, floor: float = 1e-3, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.floor = float(floor)
+
+    def call(self, window: Any) -> Any:
+        peak = ops.max(window[..., _LOAD] * window[..., _OBSERVED], axis=-1, keepdims=True)
+        scale = ops.expand_dims(peak + self.floor, -1)  # (batch, 1, 1)
+        columns = [
+            window[..., i : i + 1] / scale if i in _LOAD_VALUED else window[..., i : i + 1]
+            for i in range(len(FEATURES))
+        ]
+        return ops.concatenate(columns, axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "floor": self.floor}
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class AnchoredQuantiles(layers.Layer):
+    """(hidden, anchors) -> (batch, horizons, quantiles): each quantile a learned mix of anchors, rescaled.
+
+    Per horizon and quantile: a softmax gate over the anchors times a factor in [e^-2, e^2], both functions
+    of the (scale-free) hidden state, so the forecast scales with the load: no additive term learned on busy
+    hours to misplace on quiet ones. At initialisation the median sits on the hour's EWMA and higher quantiles
+    on its P90 (the strongest simple forecasts), and training learns when to lean elsewhere. The median may
+    not use ``UPPER_ONLY`` anchors. A running maximum along the quantile axis keeps quantiles from crossing
+    for every input, trained or not.
+    """
+
+    def __init__(self, horizons: int, levels: tuple[float, ...] | list[float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.horizons, self.levels = int(horizons), tuple(float(q) for q in levels)
+        cells, n_anchors = self.horizons * len(self.levels), len(ANCHORS)
+        bias = np.zeros((self.horizons, len(self.levels), n_anchors), dtype="float32")
+        self.mask = np.zeros((1, 1, len(self.levels), n_anchors), dtype="float32")
+        for j, q in enumerate(self.levels):
+            bias[:, j, ANCHORS.index("hour_p90" if q > 0.5 else "hour_ewma")] = 3.0
+            if q <= 0.5:
+                self.mask[..., j, [ANCHORS.index(name) for name in UPPER_ONLY]] = -1e9
+        small = keras.initializers.RandomNormal(stddev=0.01)
+        self.gate = layers.Dense(
+            cells * n_anchors,
+            kernel_initializer=small,
+            bias_initializer=keras.initializers.Constant(bias.reshape(-1)),
+            name="gate",
+        )
+        self.factor = layers.Dense(cells, kernel_initializer=small, name="factor")
+
+    def build(self, hidden_shape: Any, anchors_shape: Any = None) -> None:
+        self.gate.build(hidden_shape)
+        self.factor.build(hidden_shape)
+
+    def call(self, hidden: Any, anchors: Any) -> Any:
+        shape = (-1, self.horizons, len(self.levels))
+        logits = ops.reshape(self.gate(hidden), (*shape, len(ANCHORS))) + ops.convert_to_tensor(self.mask)
+        mixed = ops.sum(
+            ops.softmax(logits, axis=-1) * ops.reshape(anchors, (-1, 1, 1, len(ANCHORS))), axis=-1
+        )
+        raw = mixed * ops.exp(2.0 * ops.tanh(ops.reshape(self.factor(hidden), shape)))
+        out = [raw[..., 0]]
+        for j in range(1, len(self.levels)):
+            out.append(ops.maximum(out[-1], raw[..., j]))
+        return ops.stack(out, axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "horizons": self.horizons, "levels": list(self.levels)}
+
+
 def build_model(spec: ForecasterSpec) -> keras.Model:
     """A compiled model for ``spec``: input (window_steps, len(FEATURES)), output (horizons, quantiles)."""
     arch = spec.architecture
     inputs = keras.Input(shape=(spec.window_steps, len(FEATURES)), name="window")
+    scaled = ScaleFree(name="scale_free")(inputs)
     if arch.kind == "lstm_attention":
-        sequence = layers.LSTM(arch.lstm_units, return_sequences=True, name="lstm")(inputs)
+        sequence = layers.LSTM(arch.lstm_units, return_sequences=True, name="lstm")(scaled)
         # The newest step queries every step: lets the model look back at earlier peaks in its window.
         query = LastStep(name="last_step")(sequence)
         context = layers.Attention(name="attention")([query, sequence])
         hidden = layers.Flatten()(layers.Concatenate()([query, context]))
     else:
-        hidden = layers.LSTM(arch.lstm_units, name="lstm")(inputs)
+        hidden = layers.LSTM(arch.lstm_units, name="lstm")(scaled)
     hidden = layers.Dropout(arch.dropout)(hidden)
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
-    # Anchored on the last hour's mean load: the strongest simple forecast is where the model starts.
-    anchor = LastValueOf(FEATURES.index("hour_mean"), name="anchor")(inputs)
-    outputs = MonotoneQuantiles(len(spec.horizons_minutes), len(spec.quantiles), name="quantiles")(
-        hidden, anchor
-    )
+    anchors = WindowAnchors(min(spec.window_steps, max(1, 3600 // spec.step_s)), name="anchors")(inputs)
+    outputs = AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
     model = keras.Model(inputs, outputs, name=spec.name)
     model.compile(
         optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)

@@ -1,0 +1,184 @@
+"""What the fleet, plan and rollout pages show, shaped from nodes, plans and ledger records.
+
+Pure: no I/O, no clock (``now`` is passed in), no HTML (the templates escape every string).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode
+from slicewise.ui.tables import Link, Table, at, number
+
+if TYPE_CHECKING:
+    from slicewise.planning.types import FleetPlan
+    from slicewise.rollout.ledger import MeasurementRecord, NodeRecord, Rollout, Wave
+
+
+# -- the fleet --------------------------------------------------------------------------------------------------
+
+FLEET_COLUMNS = (
+    "node",
+    "GPUs",
+    "mig.config",
+    "mig.config.state",
+    "device-plugin.config",
+    "cordoned",
+    "last change (annotation)",
+    "last change (ledger)",
+    "dwell",
+)
+
+
+def annotated_change(node: GpuNode) -> datetime | None:
+    """The node's ``slicewise.io/last-change`` annotation as an aware time (naive means UTC); None when absent
+    or unreadable, as the planner reads it."""
+    raw = node.annotations.get(LAST_CHANGE_ANNOTATION, "")
+    try:
+        moment = datetime.fromisoformat(raw) if raw else None
+    except ValueError:
+        return None
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+def dwell_left(changed: datetime | None, dwell_hours: float, now: datetime) -> timedelta:
+    """How long until the planner may change the node again (zero when it may now)."""
+    if changed is None:
+        return timedelta(0)
+    return max(timedelta(0), changed + timedelta(hours=dwell_hours) - now)
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = math.ceil(delta.total_seconds() / 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+
+
+def fleet_table(
+    nodes: Sequence[GpuNode],
+    ledger_changes: Mapping[str, datetime | None] | None,
+    dwell_hours: float,
+    now: datetime,
+) -> Table:
+    """One row per managed node. The dwell column counts from the annotation, the time the planner's dwell
+    rule reads; the ledger's time is shown next to it ("?" when the ledger could not be read)."""
+    rows = []
+    for node in nodes:
+        changed = annotated_change(node)
+        left = dwell_left(changed, dwell_hours, now)
+        if changed is None:
+            dwell = "free (never changed)"
+        elif left > timedelta(0):
+            dwell = f"{_duration(left)} left (until {at(changed + timedelta(hours=dwell_hours))})"
+        else:
+            dwell = "free"
+        ledger = "?" if ledger_changes is None else at(ledger_changes.get(node.name))
+        rows.append(
+            (
+                node.name,
+                f"{node.gpu_count} x {node.gpu_product or '?'}",
+                node.mig_config or "(none)",
+                node.mig_config_state or "-",
+                node.device_plugin_config or "(default)",
+                "yes" if node.unschedulable else "no",
+                at(changed),
+                ledger,
+                dwell,
+            )
+        )
+    return Table(FLEET_COLUMNS, tuple(rows))
+
+
+def model_counts(nodes: Iterable[GpuNode]) -> Table:
+    """Nodes and GPUs per GPU model: the product label without the suffix GPU Feature Discovery adds for MIG
+    (``-MIG-<profile>``) or sharing (``-SHARED``)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for node in nodes:
+        model = (node.gpu_product or "?").split("-MIG-")[0].removesuffix("-SHARED")
+        n, gpus = counts.get(model, (0, 0))
+        counts[model] = (n + 1, gpus + node.gpu_count)
+    rows = tuple((model, number(n), number(g)) for model, (n, g) in sorted(counts.items()))
+    return Table(("GPU model", "nodes", "GPUs"), rows, frozenset({1, 2}))
+
+
+# -- plan and rollouts ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanView:
+    headline: str
+    table: Table
+    notes: tuple[str, ...]
+
+
+def plan_view(plan: FleetPlan) -> PlanView:
+    """The plan's headline, one row per node (changes first, as the plan's own report orders them), notes."""
+    from slicewise.planning import report
+    from slicewise.planning.types import ACTIONS
+
+    ordered = sorted(plan.nodes, key=lambda p: (ACTIONS.index(p.action), p.node))
+    rows = tuple(tuple(report.row(p)[c] for c in report.COLUMNS) for p in ordered)
+    return PlanView(
+        report.headline(plan),
+        Table(tuple(report.COLUMNS), rows, row_classes=tuple(p.action for p in ordered)),
+        plan.notes,
+    )
+
+
+ROLLOUT_COLUMNS = ("rollout", "status", "why", "cluster", "run", "started", "last update")
+
+
+def rollouts_table(rollouts: Sequence[Rollout]) -> Table:
+    rows = tuple(
+        (
+            Link(f"#{r.id}", f"rollouts/{r.id}"),
+            r.status,
+            r.reason,
+            r.cluster,
+            r.run_id,
+            at(r.created_at),
+            at(r.updated_at),
+        )
+        for r in rollouts
+    )
+    return Table(ROLLOUT_COLUMNS, rows, row_classes=tuple(r.status.lower() for r in rollouts))
+
+
+def waves_table(waves: Sequence[Wave]) -> Table:
+    rows = tuple(
+        ("canary" if w.index == 0 else f"wave {w.index}", w.status, ", ".join(w.nodes), at(w.updated_at))
+        for w in waves
+    )
+    return Table(("wave", "status", "nodes", "last update"), rows)
+
+
+def rollout_nodes_table(nodes: Sequence[NodeRecord]) -> Table:
+    def labels(values: Mapping[str, Any] | None) -> str:
+        return ", ".join(f"{k}={'(absent)' if v is None else v}" for k, v in sorted((values or {}).items()))
+
+    rows = tuple(
+        (n.node, str(n.wave), n.status, n.step or "-", labels(n.desired), at(n.changed_at), n.detail or "-")
+        for n in nodes
+    )
+    return Table(("node", "wave", "status", "step", "desired labels", "changed", "detail"), rows)
+
+
+def _measured(value: float | None) -> str:
+    """A measurement's value; NaN stays visible (a missing metric is an explicit outcome, never a blank)."""
+    if value is None:
+        return "none"
+    return "NaN" if math.isnan(value) else number(value, 4)
+
+
+def measurements_table(measurements: Sequence[MeasurementRecord]) -> Table:
+    rows = tuple(
+        (at(m.taken_at), str(m.wave), m.check, m.node or "cluster", m.outcome, _measured(m.value), m.detail)
+        for m in measurements
+    )
+    return Table(("taken", "wave", "check", "node", "outcome", "value", "detail"), rows, frozenset({5}))
