@@ -72,7 +72,10 @@ def forecaster_training() -> None:
             for event in (triggering_asset_events or {}).get(METRICS, [])
             if "interval_end" in event.extra
         ]
-        newest_end = max(ends) if ends else update.latest_published_end(root)
+        # Train up to the newest validated hour, whichever event started the run: hours backfilled together
+        # publish in any order, and a run started by an older hour's event must not skip for lack of history.
+        newest = update.latest_published_end(root)
+        newest_end = max([*ends, *([newest] if newest else [])]) if ends or newest else None
         try:
             if newest_end is None:
                 raise update.NotEnoughHistory("no published metrics partition yet")

@@ -74,7 +74,7 @@ def gpu_cost_report() -> None:
         dag_run: Any = None,
         triggering_asset_events: Any = None,
     ) -> str:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from slicewise.connections import task_settings
         from slicewise.costs import run, window
@@ -88,7 +88,8 @@ def gpu_cost_report() -> None:
         except run.NoValidatedHours as missing:
             if span.partial:  # early in the day there may be nothing yet: not a failure
                 raise AirflowSkipException(f"partial report skipped: {missing}") from None
-            raise
+            # A day without validated data does not appear by retrying: fail once, clearly.
+            raise AirflowFailException(str(missing)) from None
 
     @task
     def allocate(inputs: str, params: Any = None) -> dict[str, str]:

@@ -125,7 +125,11 @@ def gpu_partition_rollout() -> None:
         tracking_uri = mlflow_tracking_uri(settings)
         trust = run.resolve_trust(settings, tracking_uri, extra, now)
         folder = storage.run_folder(root, run_id or "manual")
-        return str(run.make_forecasts(settings, root, folder, trust, tracking_uri))
+        try:
+            return str(run.make_forecasts(settings, root, folder, trust, tracking_uri))
+        except run.NoMetrics as nothing:
+            # A new install: nothing validated yet is not a failure; the run shows why it did nothing.
+            raise AirflowSkipException(str(nothing)) from None
 
     @task
     def observe_cluster(params: Any = None, run_id: str | None = None) -> str:

@@ -2,9 +2,11 @@
 
 ``up`` starts, on 127.0.0.1 only, the simulated fleet's exporter, a real Prometheus holding a backfilled week of
 the fleet's history and scraping the exporter live, an MLflow tracking server, and Airflow (API server + UI,
-scheduler, DAG processor, triggerer). It then follows the scheduler's run of ``gpu_metrics_ingest`` for the
-latest complete hour and prints where everything is. Everything it starts is recorded under ``var/`` (pid and
-start time), so ``down`` stops exactly that, and a second ``up`` reuses what is running.
+scheduler, DAG processor, triggerer). It then runs one hourly cycle through the real scheduler: it triggers
+``gpu_metrics_ingest`` for the newest hours, and the Assets chain the rest (``forecaster_training`` →
+``gpu_partition_rollout`` in apply mode on the simulated fleet → ``gpu_cost_report``); it follows each run and
+prints what changed, the champion's scores and the cost headline. Everything it starts is recorded under
+``var/`` (pid and start time), so ``down`` stops exactly that, and a second ``up`` reuses what is running.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slicewise import store
+import requests
+
 from slicewise.cluster.factory import simulated_state_path
 from slicewise.settings import load_settings, slicewise_home
 from slicewise.stack import airflow as airflow_stack
@@ -28,6 +31,9 @@ from slicewise.stack.airflow_api import TERMINAL_RUN_STATES, AirflowApi
 
 REPO = Path(__file__).resolve().parents[2]
 INGEST_DAG = "gpu_metrics_ingest"
+TRAINING_DAG = "forecaster_training"
+ROLLOUT_DAG = "gpu_partition_rollout"
+COST_DAG = "gpu_cost_report"
 HISTORY_DAYS = 7
 STEP_S = 60
 
@@ -101,45 +107,106 @@ def start_prometheus(home: Path, exporter: processes.Service) -> processes.Servi
     return service
 
 
-def follow_latest_run(
-    api: AirflowApi, dag_id: str, interval_end: datetime, timeout_s: float
-) -> dict[str, Any]:
-    """Wait for the scheduler's run of ``dag_id`` ending at ``interval_end``; print task progress."""
+def follow_run(api: AirflowApi, dag_id: str, run: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Follow one run until it ends, printing its task states as they change."""
     started = time.monotonic()
-    wanted = interval_end.strftime("%Y-%m-%dT%H:%M:%S")
-    run: dict[str, Any] | None = None
-    triggered = False
     last_line = ""
     while time.monotonic() - started < timeout_s:
-        if api.dag(dag_id) is None:  # the DAG processor has not parsed the file yet
-            time.sleep(2)
-            continue
-        runs = [r for r in api.dag_runs(dag_id) if str(r.get("data_interval_end", "")).startswith(wanted)]
-        if runs:
-            run = runs[0]
-        elif not triggered and time.monotonic() - started > 90:
-            # The scheduler creates the hour's run by itself; if it has not after 90 s, ask for one.
-            # A manual run owns the data interval that ends at its logical date.
-            run = api.trigger(dag_id, logical_date=interval_end.isoformat())
-            triggered = True
-        if run is not None:
-            states = {
-                ti["task_id"]: ti.get("state") or "none"
-                for ti in api.task_instances(dag_id, run["dag_run_id"])
-            }
-            line = f"{dag_id} {run['dag_run_id']}: {run['state']}  " + "  ".join(
-                f"{k}={v}" for k, v in states.items()
-            )
-            if line != last_line:
-                say(line)
-                last_line = line
-            if run["state"] in TERMINAL_RUN_STATES:
-                return run
+        current = next((r for r in api.dag_runs(dag_id) if r["dag_run_id"] == run["dag_run_id"]), run)
+        states = {
+            ti["task_id"]: ti.get("state") or "none" for ti in api.task_instances(dag_id, run["dag_run_id"])
+        }
+        busy = {k: v for k, v in states.items() if v not in ("success", "skipped")}
+        line = f"{dag_id}: {current['state']}  " + "  ".join(f"{k}={v}" for k, v in busy.items())
+        if line != last_line:
+            say(line)
+            last_line = line
+        if current["state"] in TERMINAL_RUN_STATES:
+            return current
         time.sleep(3)
-    raise TimeoutError(f"{dag_id} did not finish the hour ending {wanted} within {timeout_s:.0f}s")
+    raise TimeoutError(f"{dag_id} run {run['dag_run_id']} did not finish within {timeout_s:.0f}s")
 
 
-def up(timeout_s: float) -> int:
+def wait_for_new_run(api: AirflowApi, dag_id: str, after: str, timeout_s: float) -> dict[str, Any]:
+    """The first run of ``dag_id`` queued after ``after`` (ISO time) — the scheduler creates it, e.g. from an
+    Asset event — followed to its end."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if api.dag(dag_id) is not None:
+            runs = [
+                r for r in api.dag_runs(dag_id) if r.get("queued_at") and _time(r["queued_at"]) > _time(after)
+            ]
+            if runs:
+                first = min(runs, key=lambda r: _time(r["queued_at"]))
+                say(f"{dag_id}: run {first['dag_run_id']} ({first.get('run_type')}) started by the scheduler")
+                return follow_run(api, dag_id, first, timeout_s - (time.monotonic() - started))
+        time.sleep(3)
+    raise TimeoutError(f"the scheduler started no {dag_id} run within {timeout_s:.0f}s")
+
+
+def ingest_hours(api: AirflowApi, hour_end: datetime, hours: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Run ``gpu_metrics_ingest`` for the newest ``hours`` complete hours through an Airflow backfill (the
+    scheduler may already run the newest one; a backfill leaves existing runs alone), and follow each."""
+    deadline = time.monotonic() + timeout_s
+    while api.dag(INGEST_DAG) is None:  # the DAG processor has not parsed the file yet
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{INGEST_DAG} was not parsed within {timeout_s:.0f}s")
+        time.sleep(2)
+    first = hour_end - timedelta(hours=hours)
+    for attempt in range(10):
+        try:
+            api.backfill(
+                INGEST_DAG, from_date=first.isoformat(), to_date=(hour_end - timedelta(hours=1)).isoformat()
+            )
+            break
+        except requests.HTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else 0
+            if status == 409:  # an earlier attempt created it after all (its answer was lost to a lock)
+                break
+            # 500/503: the SQLite metadata DB was locked by the scheduler a moment; try again.
+            if status not in (500, 503) or attempt == 9:
+                raise
+            time.sleep(3)
+    ends = {hour_end - timedelta(hours=back) for back in range(hours)}
+    found: dict[datetime, dict[str, Any]] = {}
+    while len(found) < len(ends):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{INGEST_DAG}: runs for {sorted(ends - set(found))} never appeared")
+        for run in api.dag_runs(INGEST_DAG, limit=50):
+            end = run.get("data_interval_end")
+            if end and _time(end) in ends:
+                found.setdefault(_time(end), run)
+        time.sleep(2)
+    return [follow_run(api, INGEST_DAG, found[end], deadline - time.monotonic()) for end in sorted(found)]
+
+
+#: What the embedded demo changes from the shipped defaults, and why (README "Two commands").
+DEMO_SETTINGS = {
+    # Show the whole loop: production clusters stay on `recommend` until someone sets apply on purpose.
+    "SLICEWISE_ROLLOUT_MODE": "apply",
+    # A model trained on the demo's first hours rarely beats the baselines yet: act on the trusted baseline.
+    "SLICEWISE_PLANNER_FALLBACK": "baseline",
+    # The published rule acts on utilisation alone, so the demo's fleet changes at any hour of the day
+    # (packing, the default, changes layouts only when pending demand needs it).
+    "SLICEWISE_PLANNER_POLICY": "thresholds",
+    "SLICEWISE_PLANNER_MAX_CHANGE_SHARE": "0.5",
+    "SLICEWISE_ROLLOUT_WAVE_SHARES": "1.0",
+    # Minutes in production; seconds here so the cycle ends while you watch.
+    "SLICEWISE_SIMULATED_RECONFIGURE_S": "5",
+    "SLICEWISE_ROLLOUT_POLL_S": "2",
+    "SLICEWISE_ANALYSIS_BAKE_S": "20",
+    "SLICEWISE_ANALYSIS_INTERVAL_S": "15",
+    "SLICEWISE_ANALYSIS_COUNT": "2",
+}
+#: Validated hours the forecaster needs before its first update: one held out with its 60-minute future, and
+#: enough before it to train on (forecasting.update.split_steps).
+FIRST_HOURS = 4
+
+
+def up(timeout_s: float, extra_settings: dict[str, str] | None = None) -> int:
+    """Start (or reuse) the stack and run one full hourly cycle through the real scheduler."""
+    from slicewise import demo_summary
+
     home = slicewise_home()
     began = time.monotonic()
     exporter = start_exporter(home)
@@ -161,29 +228,53 @@ def up(timeout_s: float) -> int:
             "description": "MLflow of the embedded stack",
         },
     }
-    stack = airflow_stack.start(home / "airflow", REPO, connections, {"SLICEWISE_HOME": str(home)})
+    env = {"SLICEWISE_HOME": str(home), **DEMO_SETTINGS, **(extra_settings or {})}
+    stack = airflow_stack.start(home / "airflow", REPO, connections, env)
     say(f"Airflow UI at {stack.api_url} (login {stack.username} / {stack.password})")
     api = AirflowApi(stack.api_url, stack.username, stack.password)
-    now = datetime.now(UTC)
-    hour_end = now.replace(minute=0, second=0, microsecond=0)
-    run = follow_latest_run(api, INGEST_DAG, hour_end, timeout_s)
-    settings = load_settings()
-    paths = store.PartitionPaths(store.storage_path(settings.storage_root), hour_end - timedelta(hours=1))
-    manifest = store.read_manifest(paths.published)
+    hour_end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    cycle_start = datetime.now(UTC).isoformat()
+
+    say(f"1/4 {INGEST_DAG}: the {FIRST_HOURS} newest complete hours from Prometheus, validated ...")
+    ingested = ingest_hours(api, hour_end, FIRST_HOURS, timeout_s)
+    say("2/4 forecaster_training: started by the slicewise_metrics Asset ...")
+    training = _until_trained(api, cycle_start, timeout_s)
+    say("3/4 gpu_partition_rollout (apply mode): started by the slicewise_forecaster Asset ...")
+    # The Asset event is emitted by the upstream run's last task, before that run is marked finished: the
+    # downstream run is queued after the upstream one started, not necessarily after it ended.
+    rollout = wait_for_new_run(api, ROLLOUT_DAG, str(training.get("start_date") or cycle_start), timeout_s)
+    say("4/4 gpu_cost_report: started by the slicewise_rollout Asset ...")
+    report = wait_for_new_run(api, COST_DAG, str(rollout.get("start_date") or cycle_start), timeout_s)
+
     print()
-    say(f"done in {time.monotonic() - began:.0f}s: {INGEST_DAG} run {run['dag_run_id']} {run['state']}")
-    if manifest is not None:
-        say(
-            f"partition: {paths.published}  ({manifest['gpu_rows']} GPU rows, {manifest['gpu_series']} "
-            f"series, {manifest['demand_rows']} demand rows)"
-        )
-    else:
-        say(f"no published partition; quarantine (if any): {paths.quarantine}")
-    say(f"Airflow UI:  {stack.api_url}/dags/{INGEST_DAG}  login {stack.username} / {stack.password}")
-    say(f"Prometheus:  {prometheus.url}/graph")
+    say(f"cycle done in {time.monotonic() - began:.0f}s")
+    for line in demo_summary.lines(load_settings(), mlflow.url):
+        say(line)
+    runs = [*ingested, training, rollout, report]
+    say(f"Airflow UI:  {stack.api_url}  login {stack.username} / {stack.password}")
     say(f"MLflow UI:   {mlflow.url}")
+    say(f"Prometheus:  {prometheus.url}/graph")
     say("stop everything with: make stop")
-    return 0 if run["state"] == "success" else 1
+    failed = [r["dag_id"] + " " + r["dag_run_id"] for r in runs if r["state"] != "success"]
+    if failed:
+        say("runs that did not succeed: " + ", ".join(failed))
+    return 0 if not failed else 1
+
+
+def _until_trained(api: AirflowApi, after: str, timeout_s: float) -> dict[str, Any]:
+    """Follow forecaster runs until one registers a model (an early run may skip: too little history yet)."""
+    deadline = time.monotonic() + timeout_s
+    seen = after
+    while time.monotonic() < deadline:
+        run = wait_for_new_run(api, TRAINING_DAG, seen, deadline - time.monotonic())
+        states = {
+            ti["task_id"]: ti.get("state") for ti in api.task_instances(TRAINING_DAG, run["dag_run_id"])
+        }
+        if run["state"] != "success" or states.get("publish_forecaster") == "success":
+            return run
+        say(f"{TRAINING_DAG}: that run skipped (not enough validated history yet); waiting for the next")
+        seen = str(run.get("queued_at"))
+    raise TimeoutError(f"{TRAINING_DAG} registered no model within {timeout_s:.0f}s")
 
 
 def down() -> int:
@@ -214,6 +305,10 @@ def status() -> int:
     return 0
 
 
+def _time(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
 def _iso(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%d %H:%M")
 
@@ -221,7 +316,7 @@ def _iso(seconds: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slicewise.demo", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the DAG run (600)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each step (900)")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":

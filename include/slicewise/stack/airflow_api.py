@@ -72,6 +72,15 @@ class AirflowApi:
         )
         return result
 
+    def backfill(self, dag_id: str, from_date: str, to_date: str) -> dict[str, Any]:
+        """Runs for every interval between the dates that has none yet (existing runs are left alone)."""
+        result: dict[str, Any] = self._request(
+            "POST",
+            "/backfills",
+            json={"dag_id": dag_id, "from_date": from_date, "to_date": to_date, "reprocess_behavior": "none"},
+        )
+        return result
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         result = self._request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         instances: list[dict[str, Any]] = result["task_instances"]
