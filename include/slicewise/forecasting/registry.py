@@ -57,6 +57,10 @@ def load_champion(tracking_uri: str, name: str) -> Champion | None:
         raise _wrap("reading the champion alias", exc) from exc
     import mlflow.keras
 
+    # The model's custom layers must be registered with Keras before loading: a process that never built a
+    # model (the planner's) has not imported them yet.
+    import slicewise.forecasting.model  # noqa: F401
+
     model = mlflow.keras.load_model(f"models:/{name}@{CHAMPION_ALIAS}")
     return Champion(str(version.version), model)
 
