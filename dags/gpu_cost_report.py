@@ -15,7 +15,8 @@ planner's `plans/*/observed.json` and `forecasts.json`, and the rollout ledger.
 | `publish_report` | `reports/<date>/report.html` (self-contained: tables and plots), `allocation.csv` (OpenCost's field names), `summary.json`; replaces the day's folder atomically; emits `slicewise_cost_report` with the headline totals and paths |
 
 Params: `mode` (`auto`: partial on a rollout event, else daily; `daily`; `partial`), `report_date`
-(`YYYY-MM-DD`, default: yesterday for daily, today for partial), `cost_mig_share` (`compute` or `memory`).
+(`YYYY-MM-DD`, default: yesterday for daily, today for partial — yesterday in a day's first hour),
+`cost_mig_share` (`compute` or `memory`).
 Settings `cost_*` (README "Cost report"). Connections: `slicewise_ledger` (optional; else the SQLite ledger in
 `SLICEWISE_HOME`).
 """
@@ -55,7 +56,10 @@ from slicewise.assets import COST_REPORT, ROLLOUT
             None,
             type=["null", "string"],
             pattern=r"^\d{4}-\d{2}-\d{2}$",
-            description="UTC day to report, YYYY-MM-DD (default: yesterday; today for a partial report).",
+            description=(
+                "UTC day to report, YYYY-MM-DD (default: yesterday; today for a partial report, "
+                "yesterday before 01:00)."
+            ),
         ),
         "cost_mig_share": Param(
             None,

@@ -258,6 +258,12 @@ def up(timeout_s: float, extra_settings: dict[str, str] | None = None) -> int:
     failed = [r["dag_id"] + " " + r["dag_run_id"] for r in runs if r["state"] != "success"]
     if failed:
         say("runs that did not succeed: " + ", ".join(failed))
+        for run in runs:
+            if run["state"] != "success":
+                for line in demo_summary.failures(
+                    home / "airflow" / "logs", run["dag_id"], run["dag_run_id"]
+                ):
+                    say(f"  {run['dag_id']} {line}")
     return 0 if not failed else 1
 
 

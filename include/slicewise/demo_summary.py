@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from slicewise import store
@@ -94,3 +95,24 @@ def _cost(settings: Settings, _: str) -> list[str]:
         f"{totals.get('gpuCost', 0):.2f} {currency}, idle {totals.get('gpuCostIdle', 0):.2f} {currency}",
         f"  report: {newest.parent / 'report.html'}",
     ]
+
+
+def failures(logs_dir: Path, dag_id: str, run_id: str) -> list[str]:
+    """``task: ExcType: message`` for every task of the run whose latest attempt failed, read from the task
+    logs Airflow wrote (``<logs>/dag_id=*/run_id=*/task_id=*/attempt=N.log``, one JSON event per line)."""
+    run_dir = logs_dir / f"dag_id={dag_id}" / f"run_id={run_id}"
+    out = []
+    for task_dir in sorted(run_dir.glob("task_id=*")):
+        attempts = sorted(task_dir.glob("attempt=*.log"), key=lambda p: int(p.stem.split("=")[1]))
+        if not attempts:
+            continue
+        for raw in attempts[-1].read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            for detail in event.get("error_detail") or []:
+                if not detail.get("is_cause"):
+                    task = task_dir.name.removeprefix("task_id=")
+                    out.append(f"{task}: {detail.get('exc_type')}: {detail.get('exc_value')}")
+    return out

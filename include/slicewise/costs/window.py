@@ -48,18 +48,23 @@ def resolve(
 
     ``daily``: the whole UTC day ``report_date``, by default the day before ``run_after``. ``partial``: the day
     so far, ``[midnight, run_after floored to the hour)`` of ``report_date`` (default: ``run_after``'s day),
-    never past that day's end. ``auto``: partial when the run was triggered by a rollout event, else daily.
-    The window may be empty (a partial run in the first hour of a day): the caller decides what that means.
+    never past that day's end; in the first hour of a day, when nothing of it is complete yet, the day before
+    (a rollout just after midnight acted on the previous day's hours). ``auto``: partial when the run was
+    triggered by a rollout event, else daily. The window may still be empty (an explicit ``report_date`` in
+    the future): the caller decides what that means.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     now = _utc(run_after)
     partial = mode == PARTIAL or (mode == AUTO and rollout_event)
     default_day = now.date() if partial else now.date() - timedelta(days=1)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    if partial and not report_date and hour == _midnight(default_day):
+        default_day -= timedelta(days=1)
     day = date.fromisoformat(report_date) if report_date else default_day
     start = _midnight(day)
     end = start + timedelta(days=1)
     if partial:
-        end = min(end, now.replace(minute=0, second=0, microsecond=0))
+        end = min(end, hour)
         end = max(end, start)
     return ReportWindow(day, start, end, partial)

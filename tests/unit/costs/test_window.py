@@ -24,7 +24,14 @@ def test_a_rollout_event_gives_the_day_so_far_up_to_the_last_whole_hour() -> Non
     window = resolve(datetime(2026, 11, 24, 14, 47, tzinfo=UTC), "auto", rollout_event=True)
     assert window.partial and window.day == date(2026, 11, 24)
     assert window.end == datetime(2026, 11, 24, 14, tzinfo=UTC) and len(window.hours) == 14
-    assert resolve(RUN, "partial").hours == []  # 00:15: nothing of the day is complete yet
+
+
+def test_a_partial_report_in_the_first_hour_of_a_day_covers_the_day_before() -> None:
+    # 00:15: nothing of the new day is complete; the rollout acted on yesterday's hours.
+    window = resolve(RUN, "partial")
+    assert window.day == date(2026, 11, 24) and window.partial and len(window.hours) == 24
+    assert resolve(datetime(2026, 11, 25, 1, 5, tzinfo=UTC), "partial").day == date(2026, 11, 25)
+    assert resolve(RUN, "partial", report_date="2026-11-25").hours == []  # an explicit day is kept
 
 
 def test_an_explicit_day_and_mode_win_and_times_are_read_in_utc() -> None:
