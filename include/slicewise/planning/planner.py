@@ -57,6 +57,7 @@ def plan_fleet(
     for series in forecasts.series:
         by_node.setdefault(series.hostname, []).append(series)
     plans = []
+    idle_proposals: dict[tuple[object, ...], Proposal] = {}
     # Nodes in name order: the pending pool is handed out deterministically.
     for obs in sorted(observations, key=lambda o: o.node.name):
         try:
@@ -64,7 +65,12 @@ def plan_fleet(
         except NotPlannable as why:
             plans.append(_skipped(obs, config, str(why)))
             continue
-        proposal = _propose(ctx, catalog, config, pending)
+        key = _idle_key(ctx, pending)
+        proposal = idle_proposals.get(key) if key else None
+        if proposal is None:
+            proposal = _propose(ctx, catalog, config, pending)
+            if key:
+                idle_proposals[key] = proposal
         plan = _guard(ctx, proposal, catalog, config, now, acting, forecasts)
         if plan.action == CHANGE or plan.desired == plan.current:  # demand this node will host
             for resource, served in proposal.pending_served.items():
@@ -77,6 +83,26 @@ def plan_fleet(
         horizon_minutes=forecasts.horizon_minutes,
         nodes=tuple(_apply_budget(plans, config, len(observations))),
         notes=tuple(notes),
+    )
+
+
+def _idle_key(ctx: NodeContext, pending: dict[str, float]) -> tuple[object, ...] | None:
+    """What an idle node's proposal depends on, or None for a busy one.
+
+    A node with no GPU pods and a forecast of exactly zero load and memory proposes the same as any other such
+    node of the same model, size and configuration under the same pending pool; large fleets are mostly such
+    nodes, so their proposal is computed once per key."""
+    if ctx.obs.pods or any(
+        f.p50 != 0 or f.upper != 0 or (f.memory != 0 and not math.isnan(f.memory)) for f in ctx.forecasts
+    ):
+        return None
+    return (
+        ctx.model.name,
+        ctx.gpus,
+        ctx.layout,
+        ctx.replicas,
+        tuple(sorted(f.mig_profile for f in ctx.forecasts)),  # the weights of its zero forecasts
+        tuple(sorted(pending.items())),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from slicewise.catalog import Catalog
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
@@ -114,3 +116,24 @@ def test_a_pod_asking_for_two_gpus_keeps_mps_off(catalog: Catalog) -> None:
     )
     assert plan.nodes[0].action == KEEP
     assert any("more than one GPU" in r for r in plan.nodes[0].reasons)
+
+
+def test_idle_nodes_alike_share_a_proposal_only_while_the_pending_pool_is_the_same(catalog: Catalog) -> None:
+    # Idle nodes' proposals are computed once per (model, size, layout, pending pool): the first node takes
+    # the pending demand, so the second sees an empty pool and keeps; the third, idle but of another layout,
+    # gets its own proposal.
+    idle = [node(f"n{i}", mig_config="all-1g.10gb") for i in range(3)] + [
+        node("n3", mig_config="all-3g.40gb")
+    ]
+    zero = [s for n in idle for s in mig_load(n, 0.0, catalog)]
+    zero = [dataclasses.replace(s, memory=0.0) for s in zero]
+    plan = plan_fleet(
+        [observe(n) for n in idle],
+        forecasts(zero, {MIG_3G: 2}),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    assert [p.action for p in plan.nodes] == [CHANGE, KEEP, KEEP, KEEP]
+    assert plan.nodes[0].pending_served == {MIG_3G: 2}
+    assert plan.nodes[1].reasons == plan.nodes[2].reasons  # one proposal, two nodes
