@@ -1,4 +1,4 @@
-"""The ``slicewise`` command line: ``validate PATH``, ``simulate ...``, ``forecast-backtest ...``, ``catalog ...``.
+"""The ``slicewise`` command line: ``validate``, ``simulate``, ``forecast-backtest``, ``catalog``, ``backtest``.
 
 Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
 """
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     from slicewise.forecasting import cli as forecast_cli
     from slicewise.simulator import cli as simulate_cli
     from slicewise.validation import cli as validate_cli
+    from slicewise.whatif import cli as backtest_cli
 
     parser = argparse.ArgumentParser(prog="slicewise", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate_cli.register(commands)
     forecast_cli.register(commands)
     catalog_cli.register(commands)
+    backtest_cli.register(commands)
     return parser
 
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slicewise.catalog import Catalog, ksm_resource, resource_for_profile
+from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.planning.node import WHOLE_GPUS
 from slicewise.planning.types import DemandForecast, Forecasts, SeriesForecast
 
 if TYPE_CHECKING:
@@ -123,7 +125,8 @@ def pending_demand(
     demand: pd.DataFrame, step_s: int, catalog: Catalog, quantile: float = 0.9
 ) -> list[DemandForecast]:
     """Pending GPU requests per resource over the frame's last hour: P50 and upper quantile of the per-step
-    totals (steps with nothing pending count as 0). A baseline forecast, stated as such in the README."""
+    totals (steps with nothing pending count as 0). A baseline forecast, stated as such in the README.
+    Pods asking for more than one ``nvidia.com/gpu`` are also counted in the ``WHOLE_GPUS`` pool."""
     if demand.empty:
         return []
     seconds = _seconds(demand["timestamp"])
@@ -134,13 +137,21 @@ def pending_demand(
     out = []
     if recent.empty:
         return []
-    recent_seconds = _seconds(recent["timestamp"])
-    for resource, group in recent.assign(second=recent_seconds).groupby("resource", observed=True):
+    recent = recent.assign(second=_seconds(recent["timestamp"]))
+    pools = {names.get(str(r), str(r)): group for r, group in recent.groupby("resource", observed=True)}
+    if GPU_RESOURCE in pools and "pod" in recent.columns:
+        per_pod = (
+            pools[GPU_RESOURCE].groupby(["second", "namespace", "pod"], observed=True)["requested"].sum()
+        )
+        multi = per_pod[per_pod > 1].reset_index()
+        if not multi.empty:
+            pools[WHOLE_GPUS] = multi
+    for resource, group in pools.items():
         per_step = group.groupby("second")["requested"].sum().reindex(steps, fill_value=0.0).to_numpy(float)
         upper = float(np.quantile(per_step, quantile))
         median = float(np.median(per_step))
         if upper > 0 or median > 0:
-            out.append(DemandForecast(names.get(str(resource), str(resource)), median, upper))
+            out.append(DemandForecast(resource, median, upper))
     return sorted(out, key=lambda d: d.resource)
 
 

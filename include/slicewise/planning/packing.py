@@ -11,7 +11,8 @@ where a slice counts as its share of a GPU's compute (g / 7, or 1 / replicas for
 compute is what no instance of the layout covers (e.g. the seventh slice of 3 x 2g): fragmentation that no
 request can ever use. Ties go to the current layout (fewest changes). Whole-GPU nodes
 get the MPS replicas that host their pending ``nvidia.com/gpu`` demand while the tenants' forecast load and
-memory per GPU stay under the target.
+memory per GPU stay under the target — unless pods that need whole GPUs are pending (``WHOLE_GPUS``): their
+demand is served first, by keeping (or making) GPUs whole, since no MPS tenant can host them.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from collections.abc import MutableMapping
 
 from slicewise.catalog import Catalog, Layout, resource_for_profile
 from slicewise.planning.config import PlannerConfig
-from slicewise.planning.node import GPU, NodeContext, mps_replicas_at_most
+from slicewise.planning.node import GPU, WHOLE_GPUS, NodeContext, mps_replicas_at_most
 from slicewise.planning.proposal import Proposal
 
 RULE_MIG = (
     "packing: the layout that hosts running and forecast pending requests with the least stranded capacity"
 )
 RULE_MPS = "packing: MPS tenants for pending whole-GPU requests while P90 load and memory fit the target"
+RULE_WHOLE = "packing: GPUs stay whole for pending pods that need more than one GPU"
 LOST_WEIGHT = 2.0  # a running pod losing its slice weighs twice a pending request gained
 
 
@@ -90,6 +92,9 @@ def plan_mps(
 ) -> Proposal:
     requests = ctx.requests()
     tenants = requests.get(GPU, 0)
+    whole = _whole_gpus(ctx, tenants, max(0.0, pending.get(WHOLE_GPUS, 0.0)))
+    if whole is not None:
+        return whole
     load = sum(f.upper for f in ctx.forecasts)  # summed over the node's GPUs
     memory = sum(0.0 if math.isnan(f.memory) else f.memory for f in ctx.forecasts)
     per_tenant_load = load / max(1, tenants)
@@ -124,6 +129,20 @@ def plan_mps(
     if lost > 0:
         reasons.append(f"{lost} running tenants lose their slot")
     return Proposal(None, replicas, RULE_MPS, tuple(reasons), gain, extra)
+
+
+def _whole_gpus(ctx: NodeContext, tenants: int, wanted: float) -> Proposal | None:
+    """Whole GPUs for pending multi-GPU pods, when this node can give some without evicting a tenant."""
+    free = ctx.gpus - tenants  # GPUs left once every tenant has a whole one
+    if wanted <= 0 or free <= 0:
+        return None
+    hosted = min(float(free), wanted)
+    reasons = (
+        f"{wanted:.0f} GPUs wanted by pending pods that need whole GPUs; {free} GPUs here can be whole "
+        f"with the {tenants} running tenants on one GPU each",
+    )
+    gain = hosted if ctx.replicas > 1 else 0.0  # a node already whole gains nothing by staying so
+    return Proposal(None, 1, RULE_WHOLE, reasons, gain, {WHOLE_GPUS: hosted})
 
 
 def _fmt(pending: MutableMapping[str, float], ctx: NodeContext) -> str:

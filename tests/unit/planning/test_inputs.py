@@ -89,3 +89,23 @@ def test_pending_demand_is_the_p90_of_the_last_hour_per_real_resource_name(catal
     assert demand.resource == "nvidia.com/mig-3g.40gb"
     assert demand.upper == pytest.approx(2.0)  # 10 of 60 steps at 2 -> P90 = 2
     assert demand.p50 == 0.0
+
+
+def test_pending_pods_asking_for_several_gpus_are_also_whole_gpu_demand(catalog: Catalog) -> None:
+    from slicewise.planning.node import WHOLE_GPUS
+
+    end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
+    rows = []
+    for m in range(60):
+        ts = end - pd.Timedelta(minutes=m)
+        # A pending pod with two containers of 2 GPUs each (4 whole GPUs) and a pending 1-GPU pod.
+        rows += [
+            (ts, "ml", "train-0", "a", "nvidia_com_gpu", 2.0, True),
+            (ts, "ml", "train-0", "b", "nvidia_com_gpu", 2.0, True),
+            (ts, "ml", "notebook", "a", "nvidia_com_gpu", 1.0, True),
+        ]
+    frame = pd.DataFrame(
+        rows, columns=["timestamp", "namespace", "pod", "container", "resource", "requested", "unschedulable"]
+    )
+    demand = {d.resource: d.upper for d in inputs.pending_demand(frame, 60, catalog)}
+    assert demand == {"nvidia.com/gpu": pytest.approx(5.0), WHOLE_GPUS: pytest.approx(4.0)}

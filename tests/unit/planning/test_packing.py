@@ -137,3 +137,39 @@ def test_idle_nodes_alike_share_a_proposal_only_while_the_pending_pool_is_the_sa
     assert [p.action for p in plan.nodes] == [CHANGE, KEEP, KEEP, KEEP]
     assert plan.nodes[0].pending_served == {MIG_3G: 2}
     assert plan.nodes[1].reasons == plan.nodes[2].reasons  # one proposal, two nodes
+
+
+def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mps_ones(
+    catalog: Catalog,
+) -> None:
+    from slicewise.planning.node import WHOLE_GPUS
+
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
+    shared = node("h2", model="H100-80GB", mig_config="all-disabled", plugin="mps-4", gpus=4)
+    tenant = pod("svc-0", "h2", "nvidia.com/gpu")
+    demand = {"nvidia.com/gpu": 12, WHOLE_GPUS: 6}  # many tenants, and pods wanting 6 whole GPUs
+    plan = plan_fleet(
+        [observe(whole), observe(shared, tenant)],
+        forecasts(whole_gpu_load("h1", 4, 0.0, memory=0.0) + whole_gpu_load("h2", 4, 0.05), demand),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    first, second = plan.nodes
+    # h1 stays whole (4 of the 6 GPUs) instead of becoming MPS for the tenants.
+    assert first.action == KEEP and first.desired.device_plugin_config == "default"
+    assert first.rule.startswith("packing: GPUs stay whole")
+    # h2 goes back to whole GPUs for the other 2 (h1 took 4 of the 6 from the pool): its one tenant keeps a GPU of its own.
+    assert second.action == CHANGE and second.desired.device_plugin_config == "default"
+    assert second.pending_served == {WHOLE_GPUS: 2}
+    # Without whole-GPU demand the same fleet shares h1 by MPS.
+    plan = plan_fleet(
+        [observe(whole), observe(shared, tenant)],
+        forecasts(
+            whole_gpu_load("h1", 4, 0.0, memory=0.0) + whole_gpu_load("h2", 4, 0.05), {"nvidia.com/gpu": 12}
+        ),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    assert plan.nodes[0].desired.device_plugin_config != "default"

@@ -1,0 +1,372 @@
+"""Replay a pod trace on the simulated fleet under one policy, hour by hour, and measure it.
+
+Events, in time order (at the same instant: departures, then nodes coming back, then arrivals): a pod arrives
+and queues; the queue is tried first-fit (:mod:`slicewise.whatif.fleet`) in arrival order, and a pod that fits
+starts and runs for its trace duration. At every whole hour the policy's planner (Slicewise's ``plan_fleet``,
+unchanged) sees the nodes, their pods and a forecast, and its ``change`` verdicts are applied: the node's pods
+are evicted and requeue (ahead of later arrivals, with their remaining run time), and the node takes
+``reconfigure_s`` before its new slots exist. The planner's own guard rails apply as in production: hysteresis,
+dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget.
+
+An hour whose planner inputs cannot differ from the previous hour's (no event for two hours, nothing waiting,
+no change in the last plan, no node inside its dwell time, and for the oracle no event in the next hour) is not
+planned again: the planner is pure, so its plan would be the same "keep everything".
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import dataclasses
+import heapq
+import math
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from slicewise.catalog import Catalog, GpuModel, resource_for_profile
+from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, GpuPod
+from slicewise.forecasting.baselines import mean_last_hour, p90_last_hour
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.node import WHOLE_GPUS
+from slicewise.planning.planner import plan_fleet
+from slicewise.planning.types import DemandForecast, DesiredState, Forecasts, NodeObservation, SeriesForecast
+from slicewise.whatif.fleet import WHOLE, Fleet, SimNode
+from slicewise.whatif.metrics import Meter, PolicyResult
+from slicewise.whatif.policies import FUTURE, NOW, Policy, initial_configs, whole_gpu_share
+from slicewise.whatif.trace import TraceNode, TracePod
+
+HOUR_S = 3600.0
+DEPART, BACK, ARRIVE = 0, 1, 2
+EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; only differences matter)
+
+
+@dataclass(frozen=True)
+class BacktestConfig:
+    gpu_model: str = "A100-80GB"  # every GPU of the trace is modelled as this catalogue model
+    reconfigure_s: float = 300.0  # a node is gone this long for a layout or MPS change
+    step_s: int = 300  # load samples for the forecaster's baselines
+    planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
+    price_per_gpu_hour: float = 0.0
+
+
+def smallest_profile_resource(model: GpuModel, share: float) -> str:
+    """The MIG resource of the smallest base profile whose compute share is at least ``share``."""
+    for g in sorted({p.g for p in model.profiles.values()}):
+        profile = model.base_profile(g)
+        if profile is not None and g / model.compute_slices >= share - 1e-9:
+            return resource_for_profile(profile.name)
+    raise ValueError(f"no {model.name} profile holds a {share:.2f} GPU request")
+
+
+class Replay:
+    """One policy's run over the trace."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        pods: tuple[TracePod, ...],
+        nodes: list[TraceNode],
+        catalog: Catalog,
+        config: BacktestConfig,
+        window: tuple[float, float],
+        initial: Sequence[tuple[str, str]] | None = None,
+    ):
+        """``initial``: (mig.config, device-plugin config) per node, instead of the policy's starting fleet."""
+        self.policy, self.pods, self.catalog, self.config = policy, pods, catalog, config
+        self.planner = dataclasses.replace(config.planner, policy=policy.planner or config.planner.policy)
+        self.model = catalog.model(config.gpu_model)
+        self.start, self.end = window
+        configs = initial or initial_configs(policy, len(nodes), whole_gpu_share(pods, self.start, self.end))
+        self.fleet = Fleet(
+            [
+                SimNode(n.name, n.gpus, self.model, catalog, mig, plugin)
+                for n, (mig, plugin) in zip(nodes, configs, strict=True)
+            ]
+        )
+        self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
+        count = len(pods)
+        self.remaining = np.array([p.duration_s for p in pods])
+        self.waiting_since = np.full(count, np.nan)
+        self.waited = np.zeros(count)
+        self.started_at = np.full(count, np.nan)
+        self.epoch = np.zeros(count, dtype=np.int64)
+        self.node_of = np.full(count, -1, dtype=np.int64)
+        self.queue: list[int] = []  # pod ids in arrival order (pod ids are sorted by arrival)
+        self.events: list[tuple[float, int, int, int]] = []  # (time, kind, pod or node, epoch or -)
+        self.meter = Meter(self.start, sum(n.gpus for n in nodes), len(nodes))
+        self.history: dict[int, list[tuple[float, float]]] = {}  # node -> (time, load per GPU) changes
+        self.pending_changes: dict[int, tuple[str, str]] = {}
+        self.last_event = -math.inf
+        self.last_plan_changed = True
+        self.last_change_any = -math.inf
+        self.demand_of = [p.gpus * p.share for p in pods]
+        self.arrivals = [p.arrival_s for p in pods]
+        self.wants = [self._wants(p) for p in pods]
+        self.queued_demand: Counter[str] = Counter()  # the waiting requests, per planner demand pool
+        self.waiting_samples: deque[Counter[str]] = deque(maxlen=int(HOUR_S // config.step_s))
+
+    # -- events --------------------------------------------------------------------------------------
+    def run(self) -> PolicyResult:
+        for pod_id, pod in enumerate(self.pods):
+            if self.start <= pod.arrival_s < self.end:
+                heapq.heappush(self.events, (pod.arrival_s, ARRIVE, pod_id, 0))
+        per_hour = int(HOUR_S // self.config.step_s)
+        step = 0
+        while (tick := self.start + step * self.config.step_s) < self.end:
+            while self.events and self.events[0][0] < tick:
+                self._handle(*heapq.heappop(self.events))
+            self.meter.advance(tick, self.fleet, len(self.queue))
+            self.waiting_samples.append(+self.queued_demand)
+            self.meter.sample_fragmentation(self.fleet.fragmentation(self._recent_requests(tick)))
+            if step % per_hour == 0:
+                if self.policy.planner and step:
+                    self._plan(tick)
+                self.meter.close_hour(tick)
+            step += 1
+        while self.events and self.events[0][0] < self.end:
+            self._handle(*heapq.heappop(self.events))
+        self.meter.advance(self.end, self.fleet, len(self.queue))
+        self.meter.close_hour(self.end)
+        for pod_id in self.queue:  # still waiting at the end: censored at the end of the window
+            self.waited[pod_id] += self.end - self.waiting_since[pod_id]
+        arrived = np.array([self.start <= p.arrival_s < self.end for p in self.pods], dtype=bool)
+        return self.meter.result(
+            self.policy.name, self.waited[arrived], len(self.queue), self.config.price_per_gpu_hour
+        )
+
+    def _handle(self, when: float, kind: int, subject: int, epoch: int) -> None:
+        self.meter.advance(when, self.fleet, len(self.queue))
+        self.last_event = when
+        if kind == ARRIVE:
+            self.waiting_since[subject] = when
+            self._enqueue(subject)
+            self._try([subject], when)
+        elif kind == DEPART:
+            if epoch != self.epoch[subject]:
+                return  # evicted since: this departure belongs to an earlier start
+            node = self.fleet.nodes[self.node_of[subject]]
+            self.fleet.give_back(node, subject, self.demand_of[subject])
+            self._loaded(node, when)
+            self.node_of[subject] = -1
+            self._try(list(self.queue), when)
+        else:  # BACK: a reconfigured node returns with its new slots
+            node = self.fleet.nodes[subject]
+            self.fleet.back(node, *self.pending_changes.pop(subject))
+            self._try(list(self.queue), when)
+
+    def _try(self, candidates: list[int], when: float) -> None:
+        failed: set[tuple[int, float]] = set()  # a request that did not fit cannot fit later in this pass
+        for pod_id in candidates:
+            pod = self.pods[pod_id]
+            kind = (pod.gpus, pod.share)
+            if kind in failed:
+                continue
+            found = self.fleet.find(pod.gpus, pod.share)
+            if found is None:
+                failed.add(kind)
+                continue
+            node, slots = found
+            self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
+            self._loaded(node, when)
+            self.queue.remove(pod_id)
+            self.queued_demand.subtract(self.wants[pod_id])
+            self.waited[pod_id] += when - self.waiting_since[pod_id]
+            self.started_at[pod_id] = when
+            self.node_of[pod_id] = self.index[node.name]
+            heapq.heappush(
+                self.events, (when + self.remaining[pod_id], DEPART, pod_id, int(self.epoch[pod_id]))
+            )
+
+    def _enqueue(self, pod_id: int) -> None:
+        bisect.insort(self.queue, pod_id)
+        self.queued_demand.update(self.wants[pod_id])
+
+    def _recent_requests(self, now: float) -> Counter[tuple[int, float]]:
+        """The requests of the pods that arrived in the trailing hour: the workload fragmentation is measured
+        against."""
+        lo = bisect.bisect_right(self.arrivals, now - HOUR_S)
+        hi = bisect.bisect_right(self.arrivals, now)
+        return Counter((p.gpus, p.share) for p in self.pods[lo:hi])
+
+    def _loaded(self, node: SimNode, when: float) -> None:
+        self.history.setdefault(self.index[node.name], []).append((when, node.load / node.gpus))
+
+    # -- hourly planning -----------------------------------------------------------------------------
+    def _plan(self, now: float) -> None:
+        dwell_s = self.planner.dwell_hours * HOUR_S
+        quiet = (
+            not self.queue
+            and not self.last_plan_changed
+            and now - self.last_event >= 2 * HOUR_S
+            and now - self.last_change_any >= dwell_s + HOUR_S
+            and not (self.policy.view == FUTURE and self.events and self.events[0][0] < now + HOUR_S)
+        )
+        if quiet:
+            return
+        plan = plan_fleet(
+            self._observations(now), self._forecasts(now), self.catalog, self.planner, _moment(now)
+        )
+        self.meter.planned()
+        changed = [p for p in plan.nodes if p.changes]
+        for node_plan in changed:
+            self._reconfigure(self.fleet.by_name[node_plan.node], node_plan.desired, now)
+        self.last_plan_changed = bool(changed)
+        if changed:
+            self.last_change_any = now
+            self._try(list(self.queue), now)
+
+    def _reconfigure(self, node: SimNode, desired: DesiredState, now: float) -> None:
+        index = self.index[node.name]
+        for pod_id in list(node.pods):
+            self.fleet.give_back(node, pod_id, self.demand_of[pod_id])
+            self.remaining[pod_id] = max(1.0, self.remaining[pod_id] - (now - self.started_at[pod_id]))
+            self.epoch[pod_id] += 1
+            self.node_of[pod_id] = -1
+            self.waiting_since[pod_id] = now
+            self._enqueue(pod_id)
+            self.meter.evicted()
+        self._loaded(node, now)
+        self.fleet.unavailable(node)
+        node.last_change = now
+        self.pending_changes[index] = (desired.mig_config, desired.device_plugin_config)
+        heapq.heappush(self.events, (now + self.config.reconfigure_s, BACK, index, 0))
+        self.meter.reconfigured()
+
+    def _observations(self, now: float) -> list[NodeObservation]:
+        out = []
+        for node in self.fleet.nodes:
+            annotations = (
+                {LAST_CHANGE_ANNOTATION: _moment(node.last_change).isoformat()} if node.last_change else {}
+            )
+            gpu_node = GpuNode(
+                name=node.name,
+                gpu_product=self.model.gpu_product,
+                gpu_count=node.gpus,
+                mig_config=node.mig_config,
+                mig_config_state="success" if node.available else "pending",
+                device_plugin_config=node.plugin,
+                allocatable={},
+                unschedulable=False,
+                annotations=annotations,
+            )
+            pods = tuple(
+                GpuPod(
+                    namespace="trace",
+                    name=self.pods[pod_id].name,
+                    node=node.name,
+                    phase="Running",
+                    requests=dict(Counter(node.slots[i].resource for i in slots)),
+                    owner_kind="Job",
+                    owner_name=self.pods[pod_id].name,
+                    evictable=True,
+                )
+                for pod_id, slots in node.pods.items()
+            )
+            out.append(NodeObservation(gpu_node, pods))
+        return out
+
+    def _forecasts(self, now: float) -> Forecasts:
+        loads = self._node_loads(now)
+        series: list[SeriesForecast] = []
+        for index, node in enumerate(self.fleet.nodes):
+            p50, upper = loads.get(index, (0.0, 0.0))
+            if p50 == 0 and upper == 0:
+                series.append(SeriesForecast(node.name, 0, "", "", 0.0, 0.0, 0.0))
+            else:
+                series += [SeriesForecast(node.name, g, "", "", p50, upper, upper) for g in range(node.gpus)]
+        demand = self._demand(now)
+        predictor = {NOW: "current load", FUTURE: "the true next hour"}.get(
+            self.policy.view, "p90_last_hour baseline"
+        )
+        return Forecasts(
+            series=tuple(series),
+            demand=tuple(DemandForecast(r, float(v), float(v)) for r, v in sorted(demand.items())),
+            predictor=predictor,
+            trusted=True,
+        )
+
+    def _wants(self, pod: TracePod) -> Counter[str]:
+        """The planner's demand pools a waiting pod counts in: a fractional request is demand for its smallest
+        MIG slice and for an MPS tenant, a whole-GPU one for 7g slices and whole GPUs. The planner hands each
+        pool out separately (an over-count the README names)."""
+        pools = Counter({smallest_profile_resource(self.model, pod.share): pod.gpus})
+        pools[GPU_RESOURCE if pod.share < WHOLE else WHOLE_GPUS] += pod.gpus
+        return pools
+
+    def _demand(self, now: float) -> Counter[str]:
+        """Pending demand per pool as the planner gets it: ``now`` -> what waits now; ``forecast`` -> the P90 of
+        the last hour's samples of what waited (the production baseline, planning.inputs.pending_demand);
+        ``future`` -> the same P90 over the next hour, as it will be if nothing changes (the oracle)."""
+        if self.policy.view == NOW:
+            return +self.queued_demand
+        samples = list(self.waiting_samples) if self.policy.view != FUTURE else self._lookahead(now)
+        pools = set().union(*samples) if samples else set()
+        return Counter({pool: float(np.quantile([s.get(pool, 0) for s in samples], 0.9)) for pool in pools})
+
+    def _lookahead(self, now: float) -> list[Counter[str]]:
+        """What will wait at each step of the next hour if the layout stays as it is: the replay's state is
+        copied (the trace and catalogue shared, not copied) and run forward without planning."""
+        shared = (self.pods, self.catalog, self.model, self.config, self.arrivals, self.wants, self.demand_of)
+        twin = copy.deepcopy(self, {id(obj): obj for obj in shared})
+        samples = []
+        for k in range(1, int(HOUR_S // self.config.step_s) + 1):
+            until = now + k * self.config.step_s
+            while twin.events and twin.events[0][0] < until:
+                twin._handle(*heapq.heappop(twin.events))
+            samples.append(+twin.queued_demand)
+        return samples
+
+    def _node_loads(self, now: float) -> dict[int, tuple[float, float]]:
+        """(P50, upper) forecast load per GPU of every node whose load was not zero all of the last hour."""
+        step = self.config.step_s
+        times = now - HOUR_S + step * np.arange(1, int(HOUR_S // step) + 1)
+        rows, keys = [], []
+        for index, changes in self.history.items():
+            # Keep the last change before the hour (its value holds at the hour's start) and the ones after.
+            first = bisect.bisect_right(changes, (now - HOUR_S, math.inf)) - 1
+            if first > 0:
+                del changes[:first]
+            if self.policy.view == FUTURE:
+                continue
+            values = [v for _, v in changes]
+            at = np.searchsorted([t for t, _ in changes], times, side="right") - 1
+            sampled = np.where(at >= 0, np.asarray(values)[np.maximum(at, 0)], 0.0)
+            if sampled.any():
+                rows.append(sampled)
+                keys.append(index)
+        if self.policy.view == FUTURE:
+            return self._future_loads(now)
+        if not rows:
+            return {}
+        if self.policy.view == NOW:
+            return {k: (float(r[-1]), float(r[-1])) for k, r in zip(keys, rows, strict=True)}
+        panel = np.vstack(rows)
+        horizon = int(HOUR_S // step)
+        p50 = mean_last_hour(panel, step_s=step, horizon_steps=horizon)[:, -1]
+        upper = p90_last_hour(panel, step_s=step, horizon_steps=horizon)[:, -1]
+        return {k: (float(a), float(b)) for k, a, b in zip(keys, p50, upper, strict=True)}
+
+    def _future_loads(self, now: float) -> dict[int, tuple[float, float]]:
+        """The oracle's load: the pods placed now that are still running over the next hour (mean, max)."""
+        out = {}
+        for index, node in enumerate(self.fleet.nodes):
+            if not node.pods:
+                continue
+            step = self.config.step_s
+            times = now + step * np.arange(1, int(HOUR_S // step) + 1)
+            total = np.zeros(len(times))
+            for pod_id in node.pods:
+                ends = self.started_at[pod_id] + self.remaining[pod_id]
+                total += np.where(times < ends, self.demand_of[pod_id], 0.0)
+            per_gpu = total / node.gpus
+            out[index] = (float(per_gpu.mean()), float(per_gpu.max()))
+        return out
+
+
+def _moment(seconds: float) -> datetime:
+    return datetime.fromtimestamp(EPOCH.timestamp() + seconds, tz=UTC)

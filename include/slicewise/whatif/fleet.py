@@ -1,0 +1,197 @@
+"""The scheduler model of the backtest: nodes of MIG slices or (MPS-shared) whole GPUs, filled first-fit.
+
+Every GPU of a node has the node's layout (as NVIDIA's ``all-*`` and Slicewise's ``sw-*`` mig-parted configs
+do). A slot is one MIG instance (its share of the GPU is g / compute slices), one MPS tenant (1 / replicas) or
+one whole GPU (1). A pod asks for ``gpus`` GPUs of ``share`` each:
+
+- one GPU, ``share < 1``: the smallest free slot at least ``share`` (best fit on the node), so a trace request
+  is a size, not a resource name: a 0.46-GPU pod takes a 4g slice, an MPS tenant of 1/2, or a whole GPU;
+- whole GPUs (``share == 1``, one or more): that many free slots of a full GPU on one node (MIG-disabled GPUs
+  without MPS, or 7g instances); MPS tenants never host them (the device plugin refuses multi-GPU requests
+  under MPS, and a tenant gets only 1 / replicas of the GPU).
+
+The first node in name order with a fitting slot wins (first fit); nothing fits -> the pod waits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from slicewise.catalog import Catalog, GpuModel, Layout, resource_for_profile
+from slicewise.catalog.resources import GPU_RESOURCE
+
+WHOLE = 1.0
+EPS = 1e-9
+
+
+@dataclass
+class Slot:
+    gpu: int
+    share: float
+    resource: str
+    pod: int = -1  # the pod on it; -1 when free
+
+
+def slots_for(model: GpuModel, gpus: int, layout: Layout | None, replicas: int) -> list[Slot]:
+    """The slots of ``gpus`` GPUs in ``layout`` (None: MIG disabled, ``replicas`` MPS tenants per GPU)."""
+    slots = []
+    for gpu in range(gpus):
+        if layout is None:
+            slots += [Slot(gpu, 1.0 / replicas, GPU_RESOURCE) for _ in range(replicas)]
+            continue
+        for profile, count in layout:
+            share = model.profile(profile).g / model.compute_slices
+            slots += [Slot(gpu, share, resource_for_profile(profile)) for _ in range(count)]
+    return slots
+
+
+class SimNode:
+    """One node: its configuration, its slots and the pods on them."""
+
+    def __init__(self, name: str, gpus: int, model: GpuModel, catalog: Catalog, mig_config: str, plugin: str):
+        self.name, self.gpus, self.model, self.catalog = name, gpus, model, catalog
+        self.available = True  # False while the MIG manager / device plugin reconfigures it
+        self.last_change: float | None = None
+        self.pods: dict[int, list[int]] = {}  # pod -> its slot indices
+        self.gpu_pods = [0] * gpus  # pods per physical GPU
+        self.load = 0.0  # requested GPU-equivalents of the pods on it
+        self.configure(mig_config, plugin)
+
+    def configure(self, mig_config: str, plugin: str) -> None:
+        if self.pods:
+            raise RuntimeError(f"{self.name}: reconfigured with pods on it")
+        self.mig_config, self.plugin = mig_config, plugin
+        self.layout = self.catalog.layout_of(mig_config, self.model.name)
+        self.replicas = self.catalog.mps_replicas(plugin)
+        self.slots = slots_for(self.model, self.gpus, self.layout, self.replicas)
+
+    def free_whole(self) -> int:
+        """Free slots that are a whole GPU (MIG disabled without MPS, or a 7g instance)."""
+        return sum(1 for s in self.slots if s.pod < 0 and s.share >= WHOLE - EPS)
+
+    def free_shares(self) -> Counter[float]:
+        return Counter(s.share for s in self.slots if s.pod < 0)
+
+    def fit(self, gpus: int, share: float) -> list[int] | None:
+        """The slots a pod would take here, or None."""
+        if gpus == 1 and share < WHOLE - EPS:
+            best = None
+            for index, slot in enumerate(self.slots):
+                if (
+                    slot.pod < 0
+                    and slot.share >= share - EPS
+                    and (best is None or slot.share < self.slots[best].share)
+                ):
+                    best = index
+            return None if best is None else [best]
+        whole = [i for i, s in enumerate(self.slots) if s.pod < 0 and s.share >= WHOLE - EPS]
+        return whole[:gpus] if len(whole) >= gpus else None
+
+    def place(self, pod: int, slots: list[int], demand: float) -> None:
+        for index in slots:
+            self.slots[index].pod = pod
+            self.gpu_pods[self.slots[index].gpu] += 1
+        self.pods[pod] = slots
+        self.load += demand
+
+    def release(self, pod: int, demand: float) -> list[int]:
+        slots = self.pods.pop(pod)
+        for index in slots:
+            self.slots[index].pod = -1
+            self.gpu_pods[self.slots[index].gpu] -= 1
+        self.load = max(0.0, self.load - demand) if self.pods else 0.0
+        return slots
+
+    def busy_gpus(self) -> int:
+        return sum(1 for n in self.gpu_pods if n)
+
+    def requests(self) -> Counter[str]:
+        """The extended resources the pods on it hold (what Kubernetes would show as their requests)."""
+        return Counter(self.slots[i].resource for slots in self.pods.values() for i in slots)
+
+
+class Fleet:
+    """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""
+
+    def __init__(self, nodes: list[SimNode]):
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self.free: Counter[float] = Counter()
+        for node in nodes:
+            self.free.update(node.free_shares())
+        self.nodes_by_free_whole: Counter[int] = Counter(n.free_whole() for n in nodes)
+        self.work = 0.0  # GPU-equivalents the running pods requested
+        self.busy_gpus = 0  # physical GPUs hosting at least one pod
+        self.busy_node_gpus = 0  # GPUs of the nodes hosting at least one pod
+
+    def _account(self, node: SimNode, before: tuple[int, bool], demand: float) -> None:
+        gpus, occupied = before
+        self.work = max(0.0, self.work + demand)
+        self.busy_gpus += node.busy_gpus() - gpus
+        self.busy_node_gpus += node.gpus * (bool(node.pods) - occupied)
+
+    def could_fit(self, gpus: int, share: float) -> bool:
+        if gpus == 1 and share < WHOLE - EPS:
+            return any(count > 0 and s >= share - EPS for s, count in self.free.items())
+        return self.free[WHOLE] >= gpus if WHOLE in self.free else False
+
+    def find(self, gpus: int, share: float) -> tuple[SimNode, list[int]] | None:
+        if not self.could_fit(gpus, share):
+            return None
+        for node in self.nodes:
+            if node.available:
+                slots = node.fit(gpus, share)
+                if slots is not None:
+                    return node, slots
+        return None
+
+    def _whole_changed(self, before: int, after: int) -> None:
+        self.nodes_by_free_whole[before] -= 1
+        self.nodes_by_free_whole[after] += 1
+
+    def take(self, node: SimNode, pod: int, slots: list[int], demand: float) -> None:
+        before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
+        node.place(pod, slots, demand)
+        self.free.subtract(node.slots[i].share for i in slots)
+        self._account(node, before, demand)
+        self._whole_changed(whole, node.free_whole())
+
+    def give_back(self, node: SimNode, pod: int, demand: float) -> None:
+        before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
+        slots = node.release(pod, demand)
+        if node.available:
+            self.free.update(node.slots[i].share for i in slots)
+            self._whole_changed(whole, node.free_whole())
+        self._account(node, before, -demand)
+
+    def unavailable(self, node: SimNode) -> None:
+        """The node goes away for reconfiguration (its pods must have been released first)."""
+        if node.available:
+            self.free.subtract(node.free_shares())
+            self.nodes_by_free_whole[node.free_whole()] -= 1
+            node.available = False
+
+    def back(self, node: SimNode, mig_config: str, plugin: str) -> None:
+        node.configure(mig_config, plugin)
+        node.available = True
+        self.free.update(node.free_shares())
+        self.nodes_by_free_whole[node.free_whole()] += 1
+
+    def fragmentation(self, requests: Counter[tuple[int, float]]) -> float | None:
+        """The expected share of free capacity that cannot host a request drawn from ``requests`` ((gpus,
+        share) -> count): free slots smaller than a one-GPU request; for whole-GPU requests, everything but
+        the whole GPUs on nodes with enough of them free. None with no free capacity or no requests."""
+        free = sum(share * count for share, count in self.free.items() if count > 0)
+        total = sum(requests.values())
+        if free <= EPS or total == 0:
+            return None
+        unusable = 0.0
+        for (gpus, share), count in requests.items():
+            if gpus == 1 and share < WHOLE - EPS:
+                small = sum(s * n for s, n in self.free.items() if n > 0 and s < share - EPS)
+            else:
+                usable = sum(k * n for k, n in self.nodes_by_free_whole.items() if k >= gpus and n > 0)
+                small = free - usable
+            unusable += count * small
+        return min(1.0, max(0.0, unusable / total / free))

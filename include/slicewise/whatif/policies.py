@@ -1,0 +1,78 @@
+"""The policies a backtest compares, and the fleet each starts from.
+
+============  =======================  ==========================================================================
+policy        starts from              each hour
+============  =======================  ==========================================================================
+static        whole GPUs, no sharing   nothing
+static-mig    the mixed fleet          nothing (one fixed layout: NVIDIA's ``all-balanced``, 3g + 2g + 2 x 1g)
+reactive      the mixed fleet          Slicewise's ``packing`` planner on what is pending *now* and current load
+thresholds    the mixed fleet          Slicewise's ``thresholds`` planner on the forecaster's predictions
+packing       the mixed fleet          Slicewise's ``packing`` planner on the forecaster's predictions
+oracle        the mixed fleet          ``packing`` fed the true next hour (arrivals and load): the upper bound
+============  =======================  ==========================================================================
+
+The mixed fleet: the planner never switches MIG on or off (that changes the resource names pods request, a
+decision left to people), so a fleet it manages needs both kinds of node from the start. The share of nodes
+with MIG disabled (whole GPUs, MPS possible) is the share of whole-GPU requests (in GPU-equivalents) among all
+the pods of the replayed window — hindsight no operator has, which favours ``static-mig``: the comparison is
+conservative. The other nodes run ``all-balanced``. Both kinds are spread evenly over the node list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slicewise.whatif.trace import TracePod
+
+NOW, FORECAST, FUTURE = "now", "forecast", "future"
+MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    mixed_fleet: bool  # False: every GPU whole, MIG disabled
+    planner: str | None  # planner policy run every hour; None: the layout never changes
+    view: str = FORECAST  # what the planner is fed: now | forecast | future
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("static", False, None),
+        Policy("static-mig", True, None),
+        Policy("reactive", True, "packing", NOW),
+        Policy("thresholds", True, "thresholds", FORECAST),
+        Policy("packing", True, "packing", FORECAST),
+        Policy("oracle", True, "packing", FUTURE),
+    )
+}
+
+
+def parse_policies(raw: str) -> list[Policy]:
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise ValueError(f"unknown policies {unknown or raw!r}; known: {', '.join(POLICIES)}")
+    return [POLICIES[n] for n in dict.fromkeys(names)]
+
+
+def whole_gpu_share(pods: tuple[TracePod, ...], start_s: float, end_s: float) -> float:
+    """Share of the window's requested GPU-seconds that are whole-GPU requests (0.5 with no pods)."""
+    inside = [p for p in pods if start_s <= p.arrival_s < end_s]
+    total = sum(p.gpus * p.share * p.duration_s for p in inside)
+    if total <= 0:
+        return 0.5
+    return sum(p.gpus * p.share * p.duration_s for p in inside if p.share >= 1.0) / total
+
+
+def initial_configs(policy: Policy, nodes: int, whole_share: float) -> list[tuple[str, str]]:
+    """(mig.config, device-plugin config) per node, in node order."""
+    if not policy.mixed_fleet:
+        return [(MIG_OFF, NO_SHARING)] * nodes
+    out = []
+    for i in range(nodes):
+        # Evenly spread: node i is whole-GPU when the running count of whole-GPU nodes steps up at it.
+        whole = int((i + 1) * whole_share) > int(i * whole_share)
+        out.append((MIG_OFF if whole else BALANCED, NO_SHARING))
+    return out

@@ -1,0 +1,128 @@
+"""Reading pod and node lists (the openb format), and ``slicewise backtest`` end to end on small inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slicewise.cli import main
+from slicewise.whatif.trace import TraceError, load_nodes, load_pods, spread_sample
+
+PODS = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+p0,1000,1024,1,1000,,LS,Running,0,7200,0
+p1,1000,1024,1,460,,BE,Running,100,3700,160
+p2,1000,1024,0,0,,BE,Running,100,3700,100
+p3,1000,1024,8,1000,,LS,Pending,200,4000,
+"""
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,2,T4\nn1,1,1,0,\nn2,1,1,8,V100M32\n"
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> tuple[Path, Path]:
+    (tmp_path / "pods_default.csv").write_text(PODS)
+    (tmp_path / "nodes.csv").write_text(NODES)
+    return tmp_path / "pods_default.csv", tmp_path / "nodes.csv"
+
+
+def test_pods_get_their_run_time_from_scheduling_to_deletion_and_gpu_less_pods_are_left_out(
+    small: tuple[Path, Path],
+) -> None:
+    trace = load_pods(small[0])
+    by_name = {p.name: p for p in trace.pods}
+    assert set(by_name) == {"p0", "p1", "p3"}
+    assert by_name["p1"].duration_s == 3700 - 160 and by_name["p1"].share == pytest.approx(0.46)
+    # Never scheduled: its lifetime stands for its run time; 8 whole GPUs.
+    assert by_name["p3"].duration_s == 3800 and (by_name["p3"].gpus, by_name["p3"].share) == (8, 1.0)
+    assert any("1 pods without GPUs" in note for note in trace.notes)
+    nodes = load_nodes(small[1])
+    assert [(n.name, n.gpus) for n in nodes] == [("n0", 2), ("n2", 8)]
+
+
+def test_a_pod_list_without_times_borrows_them_from_the_default_list_beside_it(
+    small: tuple[Path, Path],
+) -> None:
+    untimed = small[0].with_name("pods_multigpu20.csv")
+    untimed.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1,1,1,300\nextra,1,1,2,1000\n")
+    trace = load_pods(untimed)
+    by_name = {p.name: p for p in trace.pods}
+    assert by_name["p1"].arrival_s == 100 and by_name["p1"].share == pytest.approx(0.3)
+    assert by_name["extra"].arrival_s == 100  # no such name: the timed pod of the same row (p1)
+    assert "taken from pods_default.csv" in trace.notes[0]
+    alone = small[0].parent / "lonely" / "pods_multigpu20.csv"
+    alone.parent.mkdir()
+    alone.write_text(untimed.read_text())
+    with pytest.raises(TraceError, match="--times-from"):
+        load_pods(alone)
+
+
+def test_malformed_rows_are_refused_with_the_reason(small: tuple[Path, Path]) -> None:
+    bad = small[0].with_name("bad.csv")
+    bad.write_text(PODS.replace("p1,1000,1024,1,460", "p1,1000,1024,1,4600"))
+    with pytest.raises(TraceError, match="1 malformed rows"):
+        load_pods(bad)
+    with pytest.raises(TraceError, match="missing columns"):
+        load_nodes(small[0])
+
+
+def test_a_node_share_keeps_the_mix_of_nodes() -> None:
+    from slicewise.whatif.trace import TraceNode
+
+    nodes = [TraceNode(f"n{i}", 2 if i % 2 else 8, "") for i in range(10)]
+    assert [n.name for n in spread_sample(nodes, 0.2)] == ["n4", "n9"]
+    assert spread_sample(nodes, 1.0) == nodes
+
+
+def test_the_command_prints_one_json_object_per_policy(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--json", "--workers", "1"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["policies"]) == {"static", "static-mig", "reactive", "thresholds", "packing", "oracle"}
+    for figures in out["policies"].values():
+        for key in (
+            "gpu_utilisation",
+            "pending_mean_s",
+            "pending_p95_s",
+            "fragmentation",
+            "reconfigs_per_node_hour",
+            "pods_evicted",
+            "gpu_hours",
+            "cost",
+        ):
+            assert key in figures
+        assert 0 <= figures["gpu_utilisation"] <= 1 and 0 <= figures["fragmentation"] <= 1
+    assert out["policies"]["static"]["reconfigs_per_node_hour"] == 0
+    assert out["trace"]["gpus"] == 10
+
+
+def test_bad_arguments_give_one_error_line(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--policies", "magic"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown policies")
+    assert main(["backtest", "--pods", "/nonexistent.csv", "--nodes", str(small[1])]) == 2
+
+
+@pytest.mark.traces
+def test_on_the_real_sharing_trace_a_small_cluster_queues_less_with_the_planner(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 4 of the 1,213 nodes (26 GPUs) and the first 125 days: the fractional requests queue for whole GPUs;
+    # the planner's MPS and MIG changes host several per GPU.
+    pods = traces_dir / "alibaba_v2023_openb_pod_list_gpushare100.csv"
+    nodes = traces_dir / "alibaba_v2023_openb_node_list_gpu_node.csv"
+    args = ["backtest", "--pods", str(pods), "--nodes", str(nodes), "--node-share", "0.004"]
+    args += ["--days", "125", "--policies", "static,reactive", "--workers", "1"]
+    assert main([*args, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["policies"]
+    static, reactive = figures["static"], figures["reactive"]
+    assert static["pods"] == reactive["pods"] > 2000
+    assert reactive["pending_mean_s"] < 0.5 * static["pending_mean_s"]
+    assert reactive["gpu_utilisation"] > static["gpu_utilisation"]
+    assert static["fragmentation"] == 0  # whole GPUs host any one-GPU request
+    html = tmp_path / "report.html"
+    assert main([*args, "--html", str(html)]) == 0
+    assert "data:image/png;base64," in html.read_text()
