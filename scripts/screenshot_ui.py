@@ -6,8 +6,8 @@
 Finds the stack's URL and admin login where ``demo up`` recorded them (``<SLICEWISE_HOME>/airflow``: the API
 server's pid file and ``secrets.json``), signs a headless Chromium in with the UI's own session cookie and saves:
 
-  airflow-rollout-grid.png   the grid view of the newest ``gpu_partition_rollout`` run
-  airflow-gpu-fleet.png      the "GPU fleet" entry of the UI's navigation (the Slicewise pages inside the UI)
+  airflow-rollout-grid.png   the grid view of the newest ``gpu_partition_rollout`` run that rolled out
+  airflow-gpu-fleet.png      the UI's "GPU fleet" entry (the Slicewise pages inside the UI) on its Fleet page
 
 Chromium gets a temporary profile and DevTools on 127.0.0.1, and is stopped by its pid when done.
 """
@@ -39,12 +39,22 @@ def say(message: str) -> None:
     print(f"[screenshot] {message}", flush=True)
 
 
-def rollout_grid(browser: DevTools, url: str, api: AirflowApi) -> str:
-    """The newest rollout run, selected in the DAG's grid view; the page's path."""
-    runs = api.dag_runs(ROLLOUT_DAG, limit=1)
+def newest_rollout_run(api: AirflowApi) -> str:
+    """The newest ``gpu_partition_rollout`` run that started a rollout (its ``start_rollout`` task ran), else
+    the newest run: a quiet hourly run that planned no change shows little but skipped tasks."""
+    runs = api.dag_runs(ROLLOUT_DAG, limit=20)  # newest first
     if not runs:
         raise RuntimeError(f"{ROLLOUT_DAG} has no run yet: let `demo up` finish its cycle first")
-    run_id = runs[0]["dag_run_id"]
+    for run in runs:
+        states = {ti["task_id"]: ti.get("state") for ti in api.task_instances(ROLLOUT_DAG, run["dag_run_id"])}
+        if states.get("start_rollout") in ("success", "failed"):
+            return str(run["dag_run_id"])
+    return str(runs[0]["dag_run_id"])
+
+
+def rollout_grid(browser: DevTools, url: str, api: AirflowApi) -> str:
+    """The DAG's grid view with that run selected (its task instances beside the grid); the page's path."""
+    run_id = newest_rollout_run(api)
     # Tasks outside task groups: the grid lists them by name (groups start collapsed).
     tasks = sorted(
         {ti["task_id"] for ti in api.task_instances(ROLLOUT_DAG, run_id) if "." not in ti["task_id"]}
@@ -57,13 +67,19 @@ def rollout_grid(browser: DevTools, url: str, api: AirflowApi) -> str:
 
 
 def gpu_fleet(browser: DevTools, url: str) -> str:
-    """The UI's "GPU fleet" navigation entry: the Slicewise pages in their frame; the page's path."""
-    path = "/plugin/gpu-fleet"
-    browser.open(url + path)
+    """The UI's "GPU fleet" navigation entry (the Slicewise pages in their frame), on its Fleet page: nodes,
+    MIG layouts, device-plugin configs, dwell. The page's path."""
+    browser.open(url + "/plugin/gpu-fleet")
     browser.wait_for(
-        f"{IN_FRAME}?.readyState === 'complete' && {IN_FRAME}.querySelectorAll('table').length", timeout_s=60
+        f"{IN_FRAME}?.readyState === 'complete' && {IN_FRAME}.querySelectorAll('table').length", 60
     )
-    return path
+    browser.evaluate(
+        f"[...{IN_FRAME}.querySelectorAll('a')].find(a => a.textContent.trim() === 'Fleet').click()"
+    )
+    browser.wait_for(
+        f"{IN_FRAME}?.readyState === 'complete' && {IN_FRAME}.querySelectorAll('#fleet tbody tr').length", 60
+    )
+    return str(browser.evaluate("location.pathname"))
 
 
 def save(browser: DevTools, path: Path) -> int:
@@ -102,15 +118,19 @@ def main(argv: list[str] | None = None) -> int:
         "airflow-rollout-grid.png": lambda browser: rollout_grid(browser, login.url, api),
         "airflow-gpu-fleet.png": lambda browser: gpu_fleet(browser, login.url),
     }
-    with (
-        tempfile.TemporaryDirectory(prefix="slicewise-chromium-") as tmp,
-        chromium(Path(tmp), WIDTH, HEIGHT) as browser,
-    ):
-        browser.set_token(login.url, access_token(login))
-        for name, show in pages.items():
-            page = show(browser)
-            size = save(browser, args.out / name)
-            say(f"{args.out / name}: {page} ({size / 1000:.0f} kB)")
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="slicewise-chromium-") as tmp,
+            chromium(Path(tmp), WIDTH, HEIGHT) as browser,
+        ):
+            browser.set_token(login.url, access_token(login))
+            for name, show in pages.items():
+                page = show(browser)
+                size = save(browser, args.out / name)
+                say(f"{args.out / name}: {page} ({size / 1000:.0f} kB)")
+    except (RuntimeError, TimeoutError, FileNotFoundError, OSError) as exc:
+        say(f"error: {exc}")
+        return 1
     return 0
 
 

@@ -194,7 +194,7 @@ DEMO_SETTINGS = {
     # Minutes in production; seconds here so the cycle ends while you watch.
     "SLICEWISE_SIMULATED_RECONFIGURE_S": "5",
     "SLICEWISE_ROLLOUT_POLL_S": "2",
-    "SLICEWISE_ANALYSIS_BAKE_S": "20",
+    "SLICEWISE_ANALYSIS_BAKE_S": "30",
     "SLICEWISE_ANALYSIS_INTERVAL_S": "15",
     "SLICEWISE_ANALYSIS_COUNT": "2",
 }
@@ -248,7 +248,7 @@ def up(timeout_s: float, extra_settings: dict[str, str] | None = None) -> int:
 
     print()
     say(f"cycle done in {time.monotonic() - began:.0f}s")
-    for line in demo_summary.lines(load_settings(), mlflow.url):
+    for line in demo_summary.lines(load_settings(), mlflow.url, str(rollout["dag_run_id"])):
         say(line)
     runs = [*ingested, training, rollout, report]
     say(f"Airflow UI:  {stack.api_url}  login {stack.username} / {stack.password}")

@@ -10,18 +10,19 @@ from slicewise import store
 from slicewise.settings import Settings
 
 
-def lines(settings: Settings, tracking_uri: str) -> list[str]:
-    """Readable lines; each part says plainly when it has nothing to show (never raises)."""
+def lines(settings: Settings, tracking_uri: str, rollout_run: str | None = None) -> list[str]:
+    """Readable lines about the rollout DAG run ``rollout_run`` (default: the newest plan and rollout); each
+    part says plainly when it has nothing to show (never raises)."""
     out: list[str] = []
     for part in (_changes, _champion, _cost):
         try:
-            out += part(settings, tracking_uri)
+            out += part(settings, tracking_uri, rollout_run)
         except Exception as exc:  # a summary must not hide the URLs that follow it
             out.append(f"({part.__name__.strip('_')}: unavailable: {exc})")
     return out
 
 
-def _changes(settings: Settings, _: str) -> list[str]:
+def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
     from slicewise.planning import storage
     from slicewise.rollout.ledger import Ledger
     from slicewise.rollout.ledger_url import ledger_url
@@ -29,9 +30,10 @@ def _changes(settings: Settings, _: str) -> list[str]:
     root = store.storage_path(settings.storage_root)
     latest = root / "plans" / storage.LATEST
     out = []
-    if latest.exists():
-        run_id = json.loads(latest.read_text())["run_id"]
-        plan = storage.read_plan(storage.run_folder(root, run_id) / storage.PLAN_JSON)
+    run_id = rollout_run or (json.loads(latest.read_text())["run_id"] if latest.exists() else None)
+    plan_file = storage.run_folder(root, run_id) / storage.PLAN_JSON if run_id else None
+    if plan_file is not None and plan_file.exists():
+        plan = storage.read_plan(plan_file)
         out.append(f"plan ({plan.policy}, forecaster {plan.predictor}): {plan.counts()}")
         for node in plan.nodes:
             if node.action in ("change", "blocked", "cordon-to-drain"):
@@ -40,7 +42,7 @@ def _changes(settings: Settings, _: str) -> list[str]:
                     f"{node.current.describe()} -> {node.desired.describe()}; {node.rule}"
                 )
     with Ledger.open(ledger_url(settings)) as ledger:
-        rollouts = ledger.recent_rollouts(limit=1)
+        rollouts = [r for r in ledger.recent_rollouts(limit=20) if rollout_run in (None, r.run_id)][:1]
         if not rollouts:
             return [*out, "rollout: none (nothing to change, or recommend mode)"]
         rollout = rollouts[0]
@@ -53,7 +55,7 @@ def _changes(settings: Settings, _: str) -> list[str]:
     return out
 
 
-def _champion(settings: Settings, tracking_uri: str) -> list[str]:
+def _champion(settings: Settings, tracking_uri: str, _: str | None) -> list[str]:
     from mlflow import MlflowClient
 
     from slicewise.forecasting import registry
@@ -80,7 +82,7 @@ def _champion(settings: Settings, tracking_uri: str) -> list[str]:
     ]
 
 
-def _cost(settings: Settings, _: str) -> list[str]:
+def _cost(settings: Settings, _: str, __: str | None) -> list[str]:
     root = store.storage_path(settings.storage_root) / "reports"
     summaries = sorted(root.glob("*/summary.json")) if root.exists() else []
     if not summaries:

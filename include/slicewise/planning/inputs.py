@@ -40,8 +40,12 @@ def trust_from_event(extra: dict[str, Any]) -> Trust:
     version = extra.get("champion_version")
     if trust in TRUSTED and version:
         return Trust("champion", True, str(extra.get("reason", "")), str(version))
-    baseline = str(extra.get("baseline") or FALLBACK_BASELINE)
+    from slicewise.forecasting.baselines import BASELINES
+
     reason = str(extra.get("reason") or "no champion")
+    baseline = str(extra.get("baseline") or "")
+    if baseline not in BASELINES:  # "none": too little held-out data to score any baseline yet
+        return Trust(FALLBACK_BASELINE, False, f"no baseline could be scored ({reason})", None)
     return Trust(baseline, False, f"baseline {baseline} wins: {reason}", None)
 
 

@@ -25,6 +25,10 @@ def test_a_promoted_or_kept_champion_is_trusted_and_a_winning_baseline_is_not() 
     )
     assert (baseline.predictor, baseline.trusted) == ("mean_last_hour", False)
     assert "worse" in baseline.why
+    # Too little held-out data to score any baseline: the forecaster names none; the planner's fallback acts.
+    unscored = inputs.trust_from_event({"trust": "none", "baseline": "none", "reason": "no windows"})
+    assert (unscored.predictor, unscored.trusted) == (inputs.FALLBACK_BASELINE, False)
+    assert "no windows" in unscored.why
 
 
 @pytest.mark.parametrize(

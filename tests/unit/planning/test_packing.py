@@ -159,7 +159,7 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
     # h1 stays whole (4 of the 6 GPUs) instead of becoming MPS for the tenants.
     assert first.action == KEEP and first.desired.device_plugin_config == "default"
     assert first.rule.startswith("packing: GPUs stay whole")
-    # h2 goes back to whole GPUs for the other 2 (h1 took 4 of the 6 from the pool): its one tenant keeps a GPU of its own.
+    # h2 goes back to whole GPUs for the other 2 (h1 took 4 of the 6): its one tenant keeps a GPU of its own.
     assert second.action == CHANGE and second.desired.device_plugin_config == "default"
     assert second.pending_served == {WHOLE_GPUS: 2}
     # Without whole-GPU demand the same fleet shares h1 by MPS.
