@@ -295,6 +295,8 @@ def _device_plugin_configs(replicas: list[Any]) -> dict[str, DevicePluginConfig]
     return configs
 
 
+# The planner asks once per node and run; a fleet has a handful of products.
+@functools.lru_cache(maxsize=4096)
 def _product_key(product: str) -> str:
     key = _PRODUCT_SUFFIXES.sub("", product.strip()).upper()
     return key.removeprefix("NVIDIA-")

@@ -150,7 +150,7 @@ class Replay:
             if epoch != self.epoch[subject]:
                 return  # evicted since: this departure belongs to an earlier start
             node = self.fleet.nodes[self.node_of[subject]]
-            self.fleet.give_back(node, subject, self.demand_of[subject])
+            node = self.fleet.give_back(node, subject, self.demand_of[subject])
             self._loaded(node, when)
             self.node_of[subject] = -1
             self._try(list(self.queue), when)
@@ -171,7 +171,7 @@ class Replay:
                 failed.add(kind)
                 continue
             node, slots = found
-            self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
+            node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
             self._loaded(node, when)
             self.queue.remove(pod_id)
             self.queued_demand.subtract(self.wants[pod_id])
@@ -309,10 +309,17 @@ class Replay:
         return Counter({pool: float(np.quantile([s.get(pool, 0) for s in samples], 0.9)) for pool in pools})
 
     def _lookahead(self, now: float) -> list[Counter[str]]:
-        """What will wait at each step of the next hour if the layout stays as it is: the replay's state is
-        copied (the trace and catalogue shared, not copied) and run forward without planning."""
-        shared = (self.pods, self.catalog, self.model, self.config, self.arrivals, self.wants, self.demand_of)
-        twin = copy.deepcopy(self, {id(obj): obj for obj in shared})
+        """What will wait at each step of the next hour if the layout stays as it is: the replay forked (its
+        fleet copied on write, the trace shared) and run forward without planning."""
+        twin = copy.copy(self)
+        twin.fleet = self.fleet.fork()
+        twin.queue, twin.events = list(self.queue), list(self.events)
+        for name in ("remaining", "waiting_since", "waited", "started_at", "epoch", "node_of"):
+            setattr(twin, name, getattr(self, name).copy())
+        twin.queued_demand = Counter(self.queued_demand)
+        twin.pending_changes = dict(self.pending_changes)
+        twin.history = {}
+        twin.meter = Meter(now, 0, 0)
         samples = []
         for k in range(1, int(HOUR_S // self.config.step_s) + 1):
             until = now + k * self.config.step_s

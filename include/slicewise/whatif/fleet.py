@@ -15,6 +15,7 @@ The first node in name order with a fitting slot wins (first fit); nothing fits 
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass
 
@@ -103,6 +104,13 @@ class SimNode:
         self.load = max(0.0, self.load - demand) if self.pods else 0.0
         return slots
 
+    def copy(self) -> SimNode:
+        twin = copy.copy(self)
+        twin.slots = [Slot(s.gpu, s.share, s.resource, s.pod) for s in self.slots]
+        twin.pods = {pod: list(slots) for pod, slots in self.pods.items()}
+        twin.gpu_pods = list(self.gpu_pods)
+        return twin
+
     def busy_gpus(self) -> int:
         return sum(1 for n in self.gpu_pods if n)
 
@@ -117,6 +125,8 @@ class Fleet:
     def __init__(self, nodes: list[SimNode]):
         self.nodes = nodes
         self.by_name = {n.name: n for n in nodes}
+        self.position = {n.name: i for i, n in enumerate(nodes)}
+        self.owned: set[str] | None = None  # a fork's nodes copied so far; None: every node is this fleet's
         self.free: Counter[float] = Counter()
         for node in nodes:
             self.free.update(node.free_shares())
@@ -130,6 +140,26 @@ class Fleet:
         self.work = max(0.0, self.work + demand)
         self.busy_gpus += node.busy_gpus() - gpus
         self.busy_node_gpus += node.gpus * (bool(node.pods) - occupied)
+
+    def fork(self) -> Fleet:
+        """A copy that shares the nodes until it changes one (copy on write): cheap for a short look ahead."""
+        twin = copy.copy(self)
+        twin.nodes = list(self.nodes)
+        twin.by_name = dict(self.by_name)
+        twin.free = Counter(self.free)
+        twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
+        twin.owned = set()
+        return twin
+
+    def own(self, node: SimNode) -> SimNode:
+        """The node as this fleet may change it (a fork copies it on first write)."""
+        if self.owned is None or node.name in self.owned:
+            return node
+        mine = node.copy()
+        self.nodes[self.position[node.name]] = mine
+        self.by_name[node.name] = mine
+        self.owned.add(node.name)
+        return mine
 
     def could_fit(self, gpus: int, share: float) -> bool:
         if gpus == 1 and share < WHOLE - EPS:
@@ -150,29 +180,35 @@ class Fleet:
         self.nodes_by_free_whole[before] -= 1
         self.nodes_by_free_whole[after] += 1
 
-    def take(self, node: SimNode, pod: int, slots: list[int], demand: float) -> None:
+    def take(self, node: SimNode, pod: int, slots: list[int], demand: float) -> SimNode:
+        node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         node.place(pod, slots, demand)
         self.free.subtract(node.slots[i].share for i in slots)
         self._account(node, before, demand)
         self._whole_changed(whole, node.free_whole())
+        return node
 
-    def give_back(self, node: SimNode, pod: int, demand: float) -> None:
+    def give_back(self, node: SimNode, pod: int, demand: float) -> SimNode:
+        node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         slots = node.release(pod, demand)
         if node.available:
             self.free.update(node.slots[i].share for i in slots)
             self._whole_changed(whole, node.free_whole())
         self._account(node, before, -demand)
+        return node
 
     def unavailable(self, node: SimNode) -> None:
         """The node goes away for reconfiguration (its pods must have been released first)."""
+        node = self.own(node)
         if node.available:
             self.free.subtract(node.free_shares())
             self.nodes_by_free_whole[node.free_whole()] -= 1
             node.available = False
 
     def back(self, node: SimNode, mig_config: str, plugin: str) -> None:
+        node = self.own(node)
         node.configure(mig_config, plugin)
         node.available = True
         self.free.update(node.free_shares())
