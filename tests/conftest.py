@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,3 +37,17 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"public GPU traces not found at {TRACES} (they live in ../shared/data/traces)")
     return TRACES
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """Migrate the session's SQLite Airflow metadata DB (AIRFLOW_HOME is set above)."""
+    Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

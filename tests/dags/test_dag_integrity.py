@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.isolated_import import isolated_import
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted((REPO / "dags").glob("*.py"))
@@ -23,26 +22,6 @@ HEAVY_MODULES = [
     "prometheus_api_client",
     "matplotlib",
 ]
-
-PARSE_PROBE = """
-import json, socket, sys, time
-import airflow.sdk
-from airflow.sdk import Connection, Variable
-
-touched = []
-def refuse(*args, **kwargs):
-    touched.append(repr(args[:2]))
-    raise RuntimeError("network access at DAG parse time")
-socket.socket.connect = refuse
-Connection.get = classmethod(lambda cls, *a, **k: refuse("Connection.get", a))
-Variable.get = staticmethod(lambda *a, **k: refuse("Variable.get", a))
-before = set(sys.modules)
-start = time.perf_counter()
-import runpy
-runpy.run_path(sys.argv[1])
-elapsed = time.perf_counter() - start
-print(json.dumps({"elapsed": elapsed, "new_modules": sorted(set(sys.modules) - before), "touched": touched}))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +51,7 @@ def test_every_dag_has_tags_owner_retries_and_docs(dag_bag) -> None:  # type: ig
 
 @pytest.mark.parametrize("dag_file", DAG_FILES, ids=[p.stem for p in DAG_FILES])
 def test_dag_file_parses_fast_opens_nothing_and_imports_nothing_heavy(dag_file: Path) -> None:
-    probe = subprocess.run(
-        [sys.executable, "-c", PARSE_PROBE, str(dag_file)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert probe.returncode == 0, probe.stderr[-2000:]
-    result = json.loads(probe.stdout.strip().splitlines()[-1])
+    result = isolated_import("import airflow.sdk", "import runpy\nrunpy.run_path(sys.argv[1])", str(dag_file))
     assert result["touched"] == [], f"{dag_file.name} touched the network or Variables at parse time"
     heavy = [m for m in result["new_modules"] if m.split(".")[0] in HEAVY_MODULES]
     assert heavy == [], f"{dag_file.name} imports heavy modules at parse time: {heavy[:5]}"

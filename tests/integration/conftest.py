@@ -5,9 +5,6 @@ Every process a fixture starts is stopped by that fixture, and only that process
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -81,20 +78,6 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterat
         yield PrometheusWithHistory(service.url, service.port, fleet)
     finally:
         processes.stop(service, home / "run")
-
-
-@pytest.fixture(scope="session")
-def airflow_db() -> None:
-    """Migrate the session's SQLite Airflow metadata DB (AIRFLOW_HOME is set by tests/conftest.py)."""
-    Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,6 @@ tests know, so "anonymous is refused" means something.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,20 +19,6 @@ import pytest
 from tests.plugins import fleet_data
 
 USERS = {"viewer": "viewer-password", "admin": "admin-password"}
-
-
-@pytest.fixture(scope="session")
-def migrated_airflow_db() -> None:
-    """Migrate the session's SQLite Airflow metadata DB (AIRFLOW_HOME is set by tests/conftest.py)."""
-    Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 @dataclass(frozen=True)
@@ -87,7 +70,7 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(migrated_airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+def api(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     """The Airflow API server app (core: UI, public API, auth, plugins from plugins/) in a TestClient."""
     from airflow.api_fastapi.app import create_app
     from fastapi.testclient import TestClient

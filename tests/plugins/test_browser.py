@@ -42,7 +42,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(migrated_airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``airflow api-server`` on 127.0.0.1 with the plugin, over a SLICEWISE_HOME holding a report, a plan,
     a ledger and the simulated cluster; logged in as the embedded stack's admin."""
     if CHROMIUM is None:
