@@ -119,36 +119,37 @@ class Procedure:
         self.ledger.update_node(self.rollout_id, node, step=step, now=self.clock.now(), **fields)  # type: ignore[arg-type]
 
     # -- apply ----------------------------------------------------------------------------------------------
+    def _each(
+        self, names: Sequence[str], step: Callable[[str], object], outcome: dict[str, str]
+    ) -> list[str]:
+        """Run ``step`` on every node; a node whose step fails is aborted (left at its snapshot) and drops out."""
+        passed = []
+        for name in names:
+            try:
+                step(name)
+                passed.append(name)
+            except NodeFailed as why:
+                outcome[name] = self._abort(name, str(why))
+        return passed
+
+    def _label_desired(self, name: str) -> None:
+        record = self.ledger.node(self.rollout_id, name)
+        self._label(name, record.desired, self._snapshot_labels(record.snapshot))
+
     def apply(self, nodes: Sequence[str]) -> dict[str, str]:
         """Change a batch to the ledger's desired labels. Returns node -> final node status
         (DONE, ABORTED: left at its snapshot and uncordoned, FAILED: the change failed, node still cordoned)."""
-        active = []
         outcome: dict[str, str] = {}
+        unsettled = []
         for name in nodes:
             record = self.ledger.node(self.rollout_id, name)
             if record.status in (ledger_mod.DONE, ledger_mod.ABORTED):  # settled before a crash: not again
                 outcome[name] = record.status
-                continue
-            try:
-                self._snapshot_and_cordon(name)
-                active.append(name)
-            except NodeFailed as why:
-                outcome[name] = self._abort(name, str(why))
-        drained = []
-        for name in active:
-            try:
-                self._drain(name)
-                drained.append(name)
-            except NodeFailed as why:
-                outcome[name] = self._abort(name, str(why))
-        labelled = []
-        for name in drained:
-            record = self.ledger.node(self.rollout_id, name)
-            try:
-                self._label(name, record.desired, self._snapshot_labels(record.snapshot))
-                labelled.append(name)
-            except NodeFailed as why:
-                outcome[name] = self._abort(name, str(why))
+            else:
+                unsettled.append(name)
+        active = self._each(unsettled, self._snapshot_and_cordon, outcome)
+        drained = self._each(active, self._drain, outcome)
+        labelled = self._each(drained, self._label_desired, outcome)
         for name, error in self._wait_all(labelled, restore=False).items():
             if error is None:
                 self._uncordon(name, changed=True)
