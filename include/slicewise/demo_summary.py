@@ -42,7 +42,12 @@ def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
                     f"{node.current.describe()} -> {node.desired.describe()}; {node.rule}"
                 )
     with Ledger.open(ledger_url(settings)) as ledger:
-        rollouts = [r for r in ledger.recent_rollouts(limit=20) if rollout_run in (None, r.run_id)][:1]
+        # The ledger names a rollout's run "<dag_id>/<run_id>".
+        rollouts = [
+            r
+            for r in ledger.recent_rollouts(limit=20)
+            if rollout_run is None or r.run_id.split("/", 1)[-1] == rollout_run
+        ][:1]
         if not rollouts:
             return [*out, "rollout: none (nothing to change, or recommend mode)"]
         rollout = rollouts[0]

@@ -241,7 +241,9 @@ class Replay:
         out = []
         for node in self.fleet.nodes:
             annotations = (
-                {LAST_CHANGE_ANNOTATION: _moment(node.last_change).isoformat()} if node.last_change else {}
+                {LAST_CHANGE_ANNOTATION: _moment(node.last_change).isoformat()}
+                if node.last_change is not None
+                else {}
             )
             gpu_node = GpuNode(
                 name=node.name,

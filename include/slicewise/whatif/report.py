@@ -100,7 +100,9 @@ def text_table(backtest: Backtest) -> str:
     )
 
 
-def _over_time(results: dict[str, PolicyResult], field: str, title: str, ylabel: str) -> str | None:
+def _over_time(
+    results: dict[str, PolicyResult], field: str, title: str, ylabel: str, log: bool = False
+) -> str | None:
     if not any(r.hours for r in results.values()):
         return None
     figure = _figure(10, 3.2)
@@ -111,6 +113,8 @@ def _over_time(results: dict[str, PolicyResult], field: str, title: str, ylabel:
     axes.set_title(title)
     axes.set_xlabel("day of the trace")
     axes.set_ylabel(ylabel)
+    if log:  # a starving policy's queue dwarfs the others' by orders of magnitude
+        axes.set_yscale("symlog")
     axes.legend(fontsize="small", ncols=3)
     return _png(figure)
 
@@ -126,7 +130,7 @@ def render_html(backtest: Backtest) -> str:
     plots = [
         _over_time(backtest.results, "utilisation", "Utilisation of the GPUs in use (hourly)", "fraction"),
         _over_time(backtest.results, "gpus_in_use", "GPUs of the nodes hosting pods (hourly mean)", "GPUs"),
-        _over_time(backtest.results, "waiting", "Pods waiting (hourly mean)", "pods"),
+        _over_time(backtest.results, "waiting", "Pods waiting (hourly mean, log scale)", "pods", log=True),
         _over_time(backtest.results, "reconfigs", "Reconfigurations per hour", "nodes"),
     ]
     images = "".join(f"<img alt='plot' src='data:image/png;base64,{p}'>" for p in plots if p)
