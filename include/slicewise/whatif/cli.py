@@ -1,5 +1,8 @@
 """``slicewise backtest --pods CSV --nodes CSV [--policies a,b,..] [--json]``: the what-if backtest.
 
+Or on the cluster's own history: ``--prometheus URL --since ISO --until ISO`` reads the pods' GPU requests
+(kube-state-metrics) and the nodes (DCGM) with the ingest's reader instead of the CSV files.
+
 Without ``--json``: a table on stdout and an HTML report with plots (``--html``). Exit codes: 0 done, 2 bad input
 (one ``error:`` line on stderr).
 """
@@ -10,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +26,13 @@ def register(subparsers: Any) -> None:
         help="replay a pod trace under several partitioning policies (Slicewise's planner included)",
         description=__doc__,
     )
-    parser.add_argument("--pods", type=Path, required=True, help="pod list CSV (Alibaba openb format)")
-    parser.add_argument("--nodes", type=Path, required=True, help="node list CSV (sn, gpu, model)")
+    parser.add_argument("--pods", type=Path, help="pod list CSV (Alibaba openb format)")
+    parser.add_argument("--nodes", type=Path, help="node list CSV (sn, gpu, model)")
+    parser.add_argument("--prometheus", help="instead of the CSVs: the cluster's Prometheus (base URL)")
+    parser.add_argument("--since", type=_moment, help="with --prometheus: window start, ISO 8601 with a zone")
+    parser.add_argument(
+        "--until", type=_moment, help="with --prometheus: window end (default: the last hour)"
+    )
     parser.add_argument(
         "--policies",
         default=",".join(POLICIES),
@@ -55,6 +64,7 @@ def register(subparsers: Any) -> None:
 def run_backtest(args: argparse.Namespace) -> int:
     from slicewise.catalog import CatalogError, load_catalog
     from slicewise.costs.pricing import load_prices
+    from slicewise.metrics.prometheus import PrometheusError
     from slicewise.whatif import report
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.policies import parse_policies
@@ -66,11 +76,16 @@ def run_backtest(args: argparse.Namespace) -> int:
         policies = parse_policies(args.policies)
         catalog = load_catalog()
         catalog.model(args.gpu_model)
-        trace = load_pods(args.pods, args.times_from)
-        fleet = spread_sample(load_nodes(args.nodes), args.node_share)
+        if args.prometheus:
+            trace, nodes = _from_prometheus(args, catalog)
+        elif args.pods and args.nodes:
+            trace, nodes = load_pods(args.pods, args.times_from), load_nodes(args.nodes)
+        else:
+            raise ValueError("give --pods and --nodes, or --prometheus with --since")
+        fleet = spread_sample(nodes, args.node_share)
         if args.reconfigure_s < 0 or (args.days is not None and args.days <= 0):
             raise ValueError("--reconfigure-s must be >= 0 and --days > 0")
-    except (TraceError, CatalogError, ValueError) as exc:
+    except (TraceError, CatalogError, ValueError, PrometheusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     price = load_prices().price_for(args.gpu_model).per_gpu_hour
@@ -81,13 +96,14 @@ def run_backtest(args: argparse.Namespace) -> int:
     end = trace.end_s if args.days is None else min(trace.end_s, start + args.days * 86_400)
     window = (start, end)
     results = run_policies(policies, trace, fleet, config, window, args.workers)
+    source = Path(args.prometheus) if args.prometheus else args.pods
     backtest = Backtest(
-        args.pods, args.nodes, trace, fleet, config, window, results, time.monotonic() - began
+        source, args.nodes or source, trace, fleet, config, window, results, time.monotonic() - began
     )
     if args.json:
         print(json.dumps(report.as_json(backtest)))
         return 0
-    target = args.html or _default_html(args.pods)
+    target = args.html or _default_html(args.pods or Path("prometheus-history.csv"))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
@@ -96,6 +112,28 @@ def run_backtest(args: argparse.Namespace) -> int:
         f"as {args.gpu_model}; {backtest.seconds:.0f} s. HTML report: {target}"
     )
     return 0
+
+
+def _moment(raw: str) -> datetime:
+    moment = datetime.fromisoformat(raw)
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} has no time zone (e.g. 2026-11-01T00:00:00+00:00)")
+    return moment
+
+
+def _from_prometheus(args: argparse.Namespace, catalog: Any) -> tuple[Any, Any]:
+    """The pod trace and nodes of ``[--since, --until)`` read from Prometheus with the ingest's reader."""
+    from slicewise.metrics.prometheus import PrometheusEndpoint, PrometheusReader
+    from slicewise.settings import load_settings
+    from slicewise.whatif.history import read_history, trace_from_frames
+
+    if args.since is None:
+        raise ValueError("--prometheus needs --since")
+    settings = load_settings()
+    until = args.until or datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    reader = PrometheusReader(PrometheusEndpoint(args.prometheus.rstrip("/")), settings)
+    demand, gpu = read_history(reader.demand, reader.gpu_samples, args.since, until)
+    return trace_from_frames(demand, gpu, args.since, settings.step_s, catalog, args.gpu_model)
 
 
 def _default_html(pods: Path) -> Path:

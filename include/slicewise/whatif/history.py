@@ -1,0 +1,116 @@
+"""A pod trace and node list from the cluster's own history in Prometheus, read by the ingest's reader.
+
+Pods come from kube-state-metrics (``kube_pod_container_resource_requests`` for GPU resources, as the ingest
+pulls them): a pod arrives at its first sample and leaves one step after its last; its request is the largest
+it held, summed over its containers: ``nvidia.com/gpu: k`` is k whole GPUs (an MPS tenant's share does not show
+in its request), ``nvidia.com/mig-<profile>: k`` one request of k x g / compute slices of a GPU (of
+``gpu_model``). Nodes come from the DCGM series of the window's last
+hour: each hostname with its number of physical GPUs and the model it reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from slicewise.catalog import Catalog, GpuModel
+from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from slicewise.whatif.trace import PodTrace, TraceError, TraceNode, TracePod
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Prometheus answers at most 11,000 points per series: one day at a 60 s step stays well inside.
+CHUNK = timedelta(days=1)
+
+
+def _request(resource: str, count: float, model: GpuModel) -> tuple[int, float] | None:
+    """(GPUs, share of each) for one GPU resource, or None for one that is not a GPU."""
+    if count <= 0:
+        return None
+    if resource == GPU_RESOURCE:
+        return max(1, round(count)), 1.0
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+        match = next((p for p in model.profiles.values() if p.name.replace("+", ".") == profile), None)
+        if match is None:
+            return None
+        # Several slices of one pod are one request of their summed size (the model's requests are one slice).
+        return 1, min(1.0, round(count) * match.g / model.compute_slices)
+    return None
+
+
+def trace_from_frames(
+    demand: pd.DataFrame, gpu: pd.DataFrame, start: datetime, step_s: int, catalog: Catalog, gpu_model: str
+) -> tuple[PodTrace, list[TraceNode]]:
+    """The pods of the demand frame and the nodes of the GPU frame, with times in seconds from ``start``."""
+    import pandas as pd
+
+    from slicewise.planning.inputs import ksm_resource_names
+
+    model = catalog.model(gpu_model)
+    names = ksm_resource_names(catalog)
+    notes: list[str] = []
+    pods: list[TracePod] = []
+    if not demand.empty:
+        frame = demand.assign(
+            resource=demand["resource"].astype(str).map(lambda r: names.get(r, r)),
+            second=(pd.to_datetime(demand["timestamp"], utc=True) - pd.Timestamp(start)).dt.total_seconds(),
+        )
+        per_step = frame.groupby(["namespace", "pod", "resource", "second"], observed=True)["requested"].sum()
+        held = per_step.groupby(level=["namespace", "pod", "resource"], observed=True).max()
+        seen = frame.groupby(["namespace", "pod"], observed=True)["second"].agg(["min", "max"])
+        skipped = 0
+        for key, first, last in zip(seen.index, seen["min"], seen["max"], strict=True):
+            namespace, pod = key
+            requests = [
+                _request(str(resource), float(count), model) for resource, count in held.loc[key].items()
+            ]
+            kinds = [r for r in requests if r is not None]
+            if len(kinds) != 1:  # no GPU resource, or several kinds at once: not one request the model knows
+                skipped += 1
+                continue
+            gpus, share = kinds[0]
+            pods.append(
+                TracePod(
+                    f"{namespace}/{pod}",
+                    float(first),
+                    float(last - first + step_s),
+                    gpus,
+                    share,
+                    "",
+                )
+            )
+        if skipped:
+            notes.append(f"{skipped} pods without exactly one GPU resource left out")
+    if not pods:
+        raise TraceError("no pod requested a GPU in that window (kube_pod_container_resource_requests)")
+    if gpu.empty:
+        raise TraceError("no DCGM series in the window's last hour: no node list")
+    per_host = gpu.groupby("hostname", observed=True).agg(
+        gpus=("gpu", "nunique"), model=("model_name", "first")
+    )
+    nodes = [TraceNode(str(host), int(row["gpus"]), str(row["model"])) for host, row in per_host.iterrows()]
+    trace = PodTrace(tuple(sorted(pods, key=lambda p: (p.arrival_s, p.name))), tuple(notes))
+    return trace, sorted(nodes, key=lambda n: n.name)
+
+
+def read_history(
+    pull_demand: Callable[[datetime, datetime], pd.DataFrame],
+    pull_gpu: Callable[[datetime, datetime], pd.DataFrame],
+    start: datetime,
+    end: datetime,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The demand frame of ``[start, end)`` (pulled a day at a time) and the GPU frame of its last hour."""
+    import pandas as pd
+
+    if end <= start:
+        raise TraceError(f"--until {end.isoformat()} is not after --since {start.isoformat()}")
+    chunks = []
+    at = start
+    while at < end:
+        chunks.append(pull_demand(at, min(end, at + CHUNK)))
+        at += CHUNK
+    demand = pd.concat([c for c in chunks if not c.empty] or chunks[:1], ignore_index=True)
+    return demand, pull_gpu(max(start, end - timedelta(hours=1)), end)
