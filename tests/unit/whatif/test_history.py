@@ -1,0 +1,100 @@
+"""Turning the ingest's frames (kube-state-metrics requests, DCGM series) into a pod trace and a node list."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+
+from slicewise.catalog import load_catalog
+from slicewise.whatif.history import read_history, trace_from_frames
+from slicewise.whatif.trace import TraceError
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _demand(rows: list[tuple[int, str, str, str, float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            (START + timedelta(minutes=m), "team", pod, container, "", resource, value, False)
+            for m, pod, container, resource, value in rows
+        ],
+        columns=[
+            "timestamp",
+            "namespace",
+            "pod",
+            "container",
+            "node",
+            "resource",
+            "requested",
+            "unschedulable",
+        ],
+    )
+
+
+GPU = pd.DataFrame(
+    {
+        "hostname": ["n1", "n1", "n1", "n2"],
+        "gpu": [0, 0, 1, 0],  # n1: two GPUs (GPU 0 in two MIG instances); n2: one
+        "model_name": ["NVIDIA A100-SXM4-80GB"] * 4,
+    }
+)
+
+
+def test_pods_become_requests_with_their_first_and_last_sample() -> None:
+    rows = [
+        # Two containers of 1 GPU each from minute 0 to 2: one request of 2 whole GPUs for 3 minutes.
+        *[(m, "train", c, "nvidia_com_gpu", 1.0) for m in range(3) for c in ("a", "b")],
+        # One 3g slice from minute 1 to 1: 3/7 of a GPU for one step.
+        (1, "infer", "a", "nvidia_com_mig_3g_40gb", 1.0),
+        # A GPU and a slice at once: not one request the model knows, left out and counted.
+        (0, "odd", "a", "nvidia_com_gpu", 1.0),
+        (0, "odd", "b", "nvidia_com_mig_1g_10gb", 1.0),
+    ]
+    trace, nodes = trace_from_frames(_demand(rows), GPU, START, 60, load_catalog(), "A100-80GB")
+    pods = {p.name: p for p in trace.pods}
+    assert set(pods) == {"team/train", "team/infer"}
+    assert (pods["team/train"].gpus, pods["team/train"].share) == (2, 1.0)
+    assert (pods["team/train"].arrival_s, pods["team/train"].duration_s) == (0.0, 180.0)
+    assert pods["team/infer"].share == pytest.approx(3 / 7)
+    assert (pods["team/infer"].arrival_s, pods["team/infer"].duration_s) == (60.0, 60.0)
+    assert trace.notes == ("1 pods without exactly one GPU resource left out",)
+    assert [(n.name, n.gpus) for n in nodes] == [("n1", 2), ("n2", 1)]
+
+
+def test_no_pods_or_no_nodes_is_a_clear_error() -> None:
+    empty = _demand([])
+    with pytest.raises(TraceError, match="no pod requested a GPU"):
+        trace_from_frames(empty, GPU, START, 60, load_catalog(), "A100-80GB")
+    with pytest.raises(TraceError, match="no DCGM series"):
+        trace_from_frames(
+            _demand([(0, "p", "a", "nvidia_com_gpu", 1.0)]),
+            GPU.iloc[0:0],
+            START,
+            60,
+            load_catalog(),
+            "A100-80GB",
+        )
+
+
+def test_history_is_pulled_a_day_at_a_time_and_nodes_from_the_last_hour() -> None:
+    asked: list[tuple[datetime, datetime]] = []
+
+    def demand(start: datetime, end: datetime) -> pd.DataFrame:
+        asked.append((start, end))
+        return _demand([(0, "p", "a", "nvidia_com_gpu", 1.0)])
+
+    gpu_window: list[tuple[datetime, datetime]] = []
+
+    def gpu(start: datetime, end: datetime) -> pd.DataFrame:
+        gpu_window.append((start, end))
+        return GPU
+
+    end = START + timedelta(days=2, hours=5)
+    frame, _ = read_history(demand, gpu, START, end)
+    assert [a for a, _ in asked] == [START, START + timedelta(days=1), START + timedelta(days=2)]
+    assert asked[-1][1] == end and len(frame) == 3
+    assert gpu_window == [(end - timedelta(hours=1), end)]
+    with pytest.raises(TraceError, match="not after"):
+        read_history(demand, gpu, end, START)
