@@ -107,6 +107,19 @@ def start_prometheus(home: Path, exporter: processes.Service) -> processes.Servi
     return service
 
 
+def progress(states: dict[str, str]) -> str:
+    """``12/56 tasks done`` and the tasks doing something now (not waiting, not done; upstream failures counted)."""
+    done = sum(state in ("success", "skipped") for state in states.values())
+    upstream = sum(state == "upstream_failed" for state in states.values())
+    active = [f"{task}={state}" for task, state in states.items() if state not in QUIET_STATES]
+    counts = f"{done}/{len(states)} tasks done" + (f", {upstream} upstream_failed" if upstream else "")
+    return "  ".join([counts, *active])
+
+
+#: Task states the progress line leaves out by name: not started yet, finished, or failed because of another.
+QUIET_STATES = ("none", "success", "skipped", "upstream_failed")
+
+
 def follow_run(api: AirflowApi, dag_id: str, run: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Follow one run until it ends, printing its task states as they change."""
     started = time.monotonic()
@@ -116,8 +129,7 @@ def follow_run(api: AirflowApi, dag_id: str, run: dict[str, Any], timeout_s: flo
         states = {
             ti["task_id"]: ti.get("state") or "none" for ti in api.task_instances(dag_id, run["dag_run_id"])
         }
-        busy = {k: v for k, v in states.items() if v not in ("success", "skipped")}
-        line = f"{dag_id}: {current['state']}  " + "  ".join(f"{k}={v}" for k, v in busy.items())
+        line = f"{dag_id}: {current['state']}  " + progress(states)
         if line != last_line:
             say(line)
             last_line = line

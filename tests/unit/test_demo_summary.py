@@ -1,4 +1,4 @@
-"""What the demo prints about a run that failed: the failing task and its exception, from Airflow's task logs."""
+"""What the demo prints: progress of a run, and for a run that failed the failing task and its exception."""
 
 from __future__ import annotations
 
@@ -35,3 +35,21 @@ def test_the_latest_attempt_of_each_failed_task_is_reported_with_its_exception(t
         "plan_nodes: ClusterError: state file unreadable",
     ]
     assert failures(tmp_path, "gpu_partition_rollout", "no_such_run") == []
+
+
+def test_the_progress_line_counts_what_is_done_and_names_only_what_is_happening() -> None:
+    from slicewise.demo import progress
+
+    states = {
+        "forecast": "success",
+        "publish_plan": "skipped",
+        "wave_0.apply": "running",
+        "wave_0.analyse": "none",
+        "wave_1.apply": "upstream_failed",
+        "wave_1.ask_person": "deferred",
+        "rollback": "failed",
+    }
+    assert progress(states) == (
+        "2/7 tasks done, 1 upstream_failed  wave_0.apply=running  wave_1.ask_person=deferred  rollback=failed"
+    )
+    assert progress({}) == "0/0 tasks done"
