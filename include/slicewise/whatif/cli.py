@@ -96,9 +96,9 @@ def run_backtest(args: argparse.Namespace) -> int:
     end = trace.end_s if args.days is None else min(trace.end_s, start + args.days * 86_400)
     window = (start, end)
     results = run_policies(policies, trace, fleet, config, window, args.workers)
-    source = Path(args.prometheus) if args.prometheus else args.pods
+    source = args.prometheus or str(args.pods)
     backtest = Backtest(
-        source, args.nodes or source, trace, fleet, config, window, results, time.monotonic() - began
+        source, str(args.nodes or source), trace, fleet, config, window, results, time.monotonic() - began
     )
     if args.json:
         print(json.dumps(report.as_json(backtest)))

@@ -6,7 +6,6 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.metrics import PolicyResult
@@ -20,8 +19,8 @@ MEANINGFUL = 0.01
 
 @dataclass(frozen=True)
 class Backtest:
-    pods: Path
-    nodes: Path
+    pods: str  # where the pods came from: a CSV path or the Prometheus URL
+    nodes: str
     trace: PodTrace
     fleet: list[TraceNode]
     config: BacktestConfig
