@@ -22,13 +22,15 @@ UNALLOCATED_LABEL = "unallocated (__unallocated__)"
 USED_COLOUR, IDLE_COLOUR, UNMEASURED_COLOUR = "#2b8a3e", "#e8590c", "#adb5bd"
 
 
-def _png(figure: Figure) -> str:
+def png_base64(figure: Figure) -> str:
+    """The figure as a PNG in base64 text, for a ``data:image/png;base64,`` URI (also the backtest's report)."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _figure(width: float = 9.0, height: float = 3.6) -> Figure:
+def new_figure(width: float = 9.0, height: float = 3.6) -> Figure:
+    """A figure of the object API (no pyplot state), laid out so labels fit."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -44,7 +46,7 @@ def cost_by_namespace_over_time(rows: pd.DataFrame, currency: str) -> str | None
     order = [c for c in table.sum().sort_values(ascending=False).index if c != UNALLOCATED]
     if UNALLOCATED in table.columns:
         order.append(UNALLOCATED)
-    figure = _figure()
+    figure = new_figure()
     axes = figure.subplots()
     labels = [s[11:16] for s in table.index]
     positions = list(range(len(labels)))
@@ -69,7 +71,7 @@ def cost_by_namespace_over_time(rows: pd.DataFrame, currency: str) -> str | None
     axes.set_title("Cost by namespace over time")
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _thin_ticks(axes, len(labels))
-    return _png(figure)
+    return png_base64(figure)
 
 
 def allocated_used_idle(namespaces: pd.DataFrame) -> str | None:
@@ -79,7 +81,7 @@ def allocated_used_idle(namespaces: pd.DataFrame) -> str | None:
     from matplotlib.patches import Patch
 
     frame = namespaces.iloc[::-1]
-    figure = _figure(9.0, 0.45 * len(frame) + 1.4)
+    figure = new_figure(9.0, 0.45 * len(frame) + 1.4)
     axes = figure.subplots()
     names = frame["namespace"].tolist()
     positions = list(range(len(names)))
@@ -103,7 +105,7 @@ def allocated_used_idle(namespaces: pd.DataFrame) -> str | None:
     axes.set_xlabel("GPU-hours")
     axes.set_title("Allocated vs used vs idle")
     axes.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(figure)
+    return png_base64(figure)
 
 
 def savings(changes: Sequence[Mapping[str, Any]]) -> str | None:
@@ -111,7 +113,7 @@ def savings(changes: Sequence[Mapping[str, Any]]) -> str | None:
     estimated = [c for c in changes if c.get("status") == "estimated"]
     if not estimated:
         return None
-    figure = _figure(9.0, 3.2)
+    figure = new_figure(9.0, 3.2)
     axes = figure.subplots()
     labels = [f"#{c['rollout_id']} {c['node']}" for c in estimated]
     positions = list(range(len(estimated)))
@@ -122,14 +124,14 @@ def savings(changes: Sequence[Mapping[str, Any]]) -> str | None:
     axes.set_ylabel("idle + unallocated GPU-h per hour")
     axes.set_title("Savings per applied change (estimate)")
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(figure)
+    return png_base64(figure)
 
 
 def forecast_vs_actual(series: pd.DataFrame) -> str | None:
     """Per predictor: the fleet's mean P50 and upper forecast vs the realised mean load, per forecast origin."""
     if series.empty:
         return None
-    figure = _figure()
+    figure = new_figure()
     axes = figure.subplots()
     origins = sorted(series["origin"].unique())
     position = {origin: index for index, origin in enumerate(origins)}
@@ -149,7 +151,7 @@ def forecast_vs_actual(series: pd.DataFrame) -> str | None:
     axes.set_xlabel("forecast origin (UTC)")
     axes.set_title("Forecast vs actual (fleet mean per forecast)")
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(figure)
+    return png_base64(figure)
 
 
 def _palette(n: int) -> list[Any]:

@@ -98,7 +98,7 @@ class Replay:
         self.node_of = np.full(count, -1, dtype=np.int64)
         self.queue: list[int] = []  # pod ids in arrival order (pod ids are sorted by arrival)
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, pod or node, epoch or -)
-        self.meter = Meter(self.start, sum(n.gpus for n in nodes), len(nodes))
+        self.meter = Meter(self.start, len(nodes))
         self.history: dict[int, list[tuple[float, float]]] = {}  # node -> (time, load per GPU) changes
         self.pending_changes: dict[int, tuple[str, str]] = {}
         self.last_event = -math.inf
@@ -321,7 +321,7 @@ class Replay:
         twin.queued_demand = Counter(self.queued_demand)
         twin.pending_changes = dict(self.pending_changes)
         twin.history = {}
-        twin.meter = Meter(now, 0, 0)
+        twin.meter = Meter(now, 0)
         samples = []
         for k in range(1, int(HOUR_S // self.config.step_s) + 1):
             until = now + k * self.config.step_s
@@ -332,6 +332,9 @@ class Replay:
 
     def _node_loads(self, now: float) -> dict[int, tuple[float, float]]:
         """(P50, upper) forecast load per GPU of every node whose load was not zero all of the last hour."""
+        if self.policy.view == FUTURE:
+            self.history.clear()  # the oracle reads the next hour, never the past
+            return self._future_loads(now)
         step = self.config.step_s
         times = now - HOUR_S + step * np.arange(1, int(HOUR_S // step) + 1)
         rows, keys = [], []
@@ -340,16 +343,12 @@ class Replay:
             first = bisect.bisect_right(changes, (now - HOUR_S, math.inf)) - 1
             if first > 0:
                 del changes[:first]
-            if self.policy.view == FUTURE:
-                continue
             values = [v for _, v in changes]
             at = np.searchsorted([t for t, _ in changes], times, side="right") - 1
             sampled = np.where(at >= 0, np.asarray(values)[np.maximum(at, 0)], 0.0)
             if sampled.any():
                 rows.append(sampled)
                 keys.append(index)
-        if self.policy.view == FUTURE:
-            return self._future_loads(now)
         if not rows:
             return {}
         if self.policy.view == NOW:

@@ -114,10 +114,6 @@ class SimNode:
     def busy_gpus(self) -> int:
         return sum(1 for n in self.gpu_pods if n)
 
-    def requests(self) -> Counter[str]:
-        """The extended resources the pods on it hold (what Kubernetes would show as their requests)."""
-        return Counter(self.slots[i].resource for slots in self.pods.values() for i in slots)
-
 
 class Fleet:
     """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""

@@ -61,10 +61,10 @@ class PolicyResult:
 
 
 class Meter:
-    def __init__(self, start_s: float, fleet_gpus: int, nodes: int):
+    def __init__(self, start_s: float, nodes: int):
         self.last = start_s
         self.start = start_s
-        self.fleet_gpus, self.nodes = fleet_gpus, nodes
+        self.nodes = nodes
         self.work = self.busy_gpus = self.node_gpus = 0.0  # integrals (unit x seconds)
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0

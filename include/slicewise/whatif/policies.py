@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slicewise.whatif.trace import TracePod
+from slicewise.whatif.trace import TracePod, evenly_picked
 
 NOW, FORECAST, FUTURE = "now", "forecast", "future"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
@@ -70,9 +70,4 @@ def initial_configs(policy: Policy, nodes: int, whole_share: float) -> list[tupl
     """(mig.config, device-plugin config) per node, in node order."""
     if not policy.mixed_fleet:
         return [(MIG_OFF, NO_SHARING)] * nodes
-    out = []
-    for i in range(nodes):
-        # Evenly spread: node i is whole-GPU when the running count of whole-GPU nodes steps up at it.
-        whole = int((i + 1) * whole_share) > int(i * whole_share)
-        out.append((MIG_OFF if whole else BALANCED, NO_SHARING))
-    return out
+    return [(MIG_OFF if evenly_picked(i, whole_share) else BALANCED, NO_SHARING) for i in range(nodes)]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from slicewise.costs.page import table
-from slicewise.costs.plots import _figure, _png
+from slicewise.costs.plots import new_figure, png_base64
 
 if TYPE_CHECKING:
     from slicewise.whatif.metrics import PolicyResult
@@ -105,7 +105,7 @@ def _over_time(
 ) -> str | None:
     if not any(r.hours for r in results.values()):
         return None
-    figure = _figure(10, 3.2)
+    figure = new_figure(10, 3.2)
     axes = figure.subplots()
     for name, result in results.items():
         days = [h.start_s / 86_400 for h in result.hours]
@@ -116,7 +116,7 @@ def _over_time(
     if log:  # a starving policy's queue dwarfs the others' by orders of magnitude
         axes.set_yscale("symlog")
     axes.legend(fontsize="small", ncols=3)
-    return _png(figure)
+    return png_base64(figure)
 
 
 def render_html(backtest: Backtest) -> str:

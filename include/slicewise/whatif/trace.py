@@ -148,9 +148,15 @@ def load_nodes(path: Path) -> list[TraceNode]:
     return sorted(nodes, key=lambda n: n.name)
 
 
+def evenly_picked(index: int, share: float) -> bool:
+    """Whether item ``index`` of a list is among an evenly spread ``share`` of it (the running count of picked
+    items steps up at it)."""
+    return int((index + 1) * share) > int(index * share)
+
+
 def spread_sample(nodes: list[TraceNode], share: float) -> list[TraceNode]:
     """Every ``1 / share``-th node, evenly over the list (so the mix of node sizes is kept); at least one."""
     if not 0 < share <= 1:
         raise TraceError(f"node share must be in (0, 1], got {share}")
-    picked = [n for i, n in enumerate(nodes) if int((i + 1) * share) > int(i * share)]
+    picked = [n for i, n in enumerate(nodes) if evenly_picked(i, share)]
     return picked or nodes[:1]
