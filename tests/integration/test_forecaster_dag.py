@@ -127,3 +127,57 @@ def test_a_new_install_with_too_little_history_skips_with_the_reason(
     assert states["update_model"] == "skipped" and states["publish_forecaster"] == "skipped"
     assert states["__run__"] == "success"
     assert len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'")) == before
+
+
+def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_windows(
+    mlflow_server: str,
+) -> None:
+    import dataclasses
+
+    import keras
+    import numpy as np
+
+    from slicewise.forecasting import registry as adapter
+    from slicewise.forecasting.spec import load_specs
+    from slicewise.forecasting.update import hourly_update
+    from slicewise.forecasting.windows import FEATURES, Panel
+
+    shipped = load_specs()[0]
+    spec = dataclasses.replace(
+        shipped,
+        name="forecaster_with_an_older_champion",  # its own registry entry: the tests above count versions
+        training=dataclasses.replace(shipped.training, epochs_per_update=1, time_budget_s=20),
+    )
+    # A version from before a feature was added: it reads one feature fewer per step.
+    older = keras.Sequential(
+        [keras.Input((spec.window_steps, len(FEATURES) - 1)), keras.layers.LSTM(2), keras.layers.Dense(2)]
+    )
+    sample = np.zeros((1, spec.window_steps, len(FEATURES) - 1), "float32")
+    _, old_version = adapter.log_and_register(
+        mlflow_server,
+        "older-champion",
+        spec.name,
+        older,
+        params={},
+        metrics={},
+        tags={},
+        spec_text="",
+        plot=None,
+        sample_inputs=sample,
+        sample_outputs=older.predict(sample, verbose=0),
+    )
+    adapter.set_champion(mlflow_server, spec.name, old_version)
+
+    rng = np.random.default_rng(3)
+    steps = 5 * 60  # five hours of a minute grid
+    load = np.clip(rng.normal(0.4, 0.15, (6, steps)), 0, 1)
+    panel = Panel([("h", i, "") for i in range(6)], 1_764_410_400 + 60 * np.arange(steps), load, load / 2, 60)
+    result = hourly_update(spec, panel, tracking_uri=mlflow_server, experiment="older-champion", tags={})
+
+    run = registry(mlflow_server).get_run(result["run_id"])
+    assert run.data.params["started_from"] == "scratch"
+    assert run.data.params["champion_set_aside"] == old_version
+    # The gate compared the new version with the baselines only, and says so.
+    assert "champion" not in result["reason"].replace("no champion yet", "")
+    expected = result["version"] if result["promoted"] else old_version
+    assert adapter.champion_version(mlflow_server, spec.name) == expected

@@ -121,3 +121,12 @@ def test_anchors_are_the_baselines_at_the_window_end() -> None:
     }
     for i, name in enumerate(model_module.ANCHORS):
         np.testing.assert_allclose(anchors[:, i], expected[name], rtol=2e-3, err_msg=name)
+
+
+def test_a_model_built_for_fewer_features_is_recognised_as_reading_other_inputs() -> None:
+    current = model_module.build_model(tiny_spec())
+    assert model_module.reads_current_features(current)
+    older = keras.Sequential(
+        [keras.Input((8, len(FEATURES) - 1)), keras.layers.LSTM(2), keras.layers.Dense(1)]
+    )
+    assert not model_module.reads_current_features(older)

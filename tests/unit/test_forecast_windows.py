@@ -10,7 +10,14 @@ import pytest
 
 from slicewise import schema
 from slicewise.forecasting.spec import ForecasterSpec, SpecError, load_specs, parse_spec
-from slicewise.forecasting.windows import FEATURES, Panel, make_windows, panel_from_frame, time_features
+from slicewise.forecasting.windows import (
+    FEATURES,
+    Panel,
+    make_windows,
+    panel_from_frame,
+    subsample_rows,
+    time_features,
+)
 
 T0 = 1_764_410_400  # a Saturday 10:00 UTC
 
@@ -137,3 +144,32 @@ def test_windows_without_known_targets_are_dropped_unless_asked_for() -> None:
 def test_an_empty_panel_gives_no_windows() -> None:
     windows = make_windows(small_panel(np.empty((0, 0))), spec())
     assert windows.inputs.shape[0] == 0
+
+
+def test_every_window_sees_the_whole_fleets_mean_load_even_from_a_sample_of_series() -> None:
+    load = np.array(
+        [
+            [0.0, 0.2, 0.4, np.nan, 0.8, 0.1],
+            [0.6, np.nan, 0.2, np.nan, 0.4, 0.3],
+            [np.nan, np.nan, np.nan, np.nan, 0.9, 0.5],  # a GPU that joins at step 4
+        ]
+    )
+    panel = small_panel(load)
+    # The mean of the series observed at each step; 0 where none is (step 3).
+    expected = [0.3, 0.2, 0.3, 0.0, 0.7, 0.3]
+    np.testing.assert_allclose(panel.fleet(), expected)
+    s = spec(window_steps=4, min_observed_steps=1, horizons_minutes=(1,))
+    fleet = FEATURES.index("fleet_load")
+    alone = subsample_rows(panel, np.array([2]))  # the new GPU alone: its own load is not the fleet's
+    windows = make_windows(alone, s, require_targets=False)
+    last = windows.inputs[np.argmax(windows.step)]
+    np.testing.assert_allclose(last[:, fleet], expected[2:], rtol=1e-6)
+    # The past of a panel keeps the fleet it was cut from.
+    np.testing.assert_allclose(subsample_rows(panel, np.array([0])).head(3).fleet(), expected[:3])
+
+
+def test_a_window_before_the_panel_starts_sees_the_fleet_as_at_its_first_step() -> None:
+    panel = small_panel(np.array([[0.4, 0.6, 0.8]]))
+    s = spec(window_steps=4, min_observed_steps=1, horizons_minutes=(1,))
+    first = make_windows(panel, s, require_targets=False).inputs[0]
+    np.testing.assert_allclose(first[:, FEATURES.index("fleet_load")], [0.4, 0.4, 0.4, 0.4], rtol=1e-6)

@@ -153,13 +153,7 @@ def run_backtest(
     split = int(n_steps * train_fraction)
     if split < 1 or split >= n_steps:
         raise ValueError(f"{n_steps} steps are too few to split at {train_fraction}")
-    train_panel = dataclasses.replace(
-        panel,
-        timestamps=panel.timestamps[:split],
-        load=panel.load[:, :split],
-        memory=panel.memory[:, :split],
-    )
-    train_windows = make_windows(train_panel, spec, stride=spec.training.window_stride)
+    train_windows = make_windows(panel.head(split), spec, stride=spec.training.window_stride)
     test_windows = held_out_windows(panel, spec, split)
     if not len(train_windows.inputs) or not len(test_windows.inputs):
         raise ValueError(

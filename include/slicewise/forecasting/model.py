@@ -244,6 +244,15 @@ def build_model(spec: ForecasterSpec) -> keras.Model:
     return model
 
 
+def reads_current_features(model: keras.Model) -> bool:
+    """Whether ``model`` reads windows of today's :data:`FEATURES`.
+
+    A version registered before a feature was added reads fewer per step: it can neither be scored on today's
+    windows nor continue training on them, so it is set aside rather than fed inputs it was not built for.
+    """
+    return int(model.input_shape[-1]) == len(FEATURES)
+
+
 def predict(model: keras.Model, inputs: np.ndarray, batch_size: int = 4096) -> np.ndarray:
     """(n, horizons, quantiles) float64 predictions; empty input gives an empty result."""
     if len(inputs) == 0:

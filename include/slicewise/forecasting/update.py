@@ -19,7 +19,14 @@ from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
 from slicewise.forecasting.promotion import CHAMPION, Decision, decide
 from slicewise.forecasting.spec import ForecasterSpec
 from slicewise.forecasting.training import TrainReport, train
-from slicewise.forecasting.windows import Panel, make_windows, panel_from_frame, subsample, subsample_rows
+from slicewise.forecasting.windows import (
+    FEATURES,
+    Panel,
+    make_windows,
+    panel_from_frame,
+    subsample,
+    subsample_rows,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -90,12 +97,6 @@ def split_steps(panel: Panel, spec: ForecasterSpec) -> int:
     return eval_from
 
 
-def truncated(panel: Panel, steps: int) -> Panel:
-    return dataclasses.replace(
-        panel, load=panel.load[:, :steps], memory=panel.memory[:, :steps], timestamps=panel.timestamps[:steps]
-    )
-
-
 def _copy(model: Any, spec: ForecasterSpec) -> Any:
     """A trainable copy of the champion (same weights, fresh optimizer) so the champion itself stays intact."""
     import keras
@@ -161,18 +162,30 @@ def hourly_update(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Train, evaluate, register and gate one model; returns what the DAG reports and publishes."""
-    from slicewise.forecasting.model import build_model, predict
+    from slicewise.forecasting.model import build_model, predict, reads_current_features
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
     eval_from = split_steps(panel, spec)
     champion = registry.load_champion(tracking_uri, spec.name)
+    set_aside = None
+    if champion is not None and not reads_current_features(champion.model):
+        set_aside = champion.version
+        log.warning(
+            "champion v%s of %s reads %d features per step, this code %d: training from scratch; the gate "
+            "compares the new version with the baselines only",
+            champion.version,
+            spec.name,
+            champion.model.input_shape[-1],
+            len(FEATURES),
+        )
+        champion = None
     model = _copy(champion.model, spec) if champion is not None else build_model(spec)
 
     hour = 3600 // panel.step_s
     # Enough series that the newest hour alone fills the training budget; replay draws from the same ones.
     per_series = max(1, hour // spec.training.window_stride)
     train_series = max(1, int(spec.training.max_windows / (1 + spec.training.replay_ratio) / per_series))
-    history = truncated(subsample(panel, train_series, seed), eval_from)
+    history = subsample(panel, train_series, seed).head(eval_from)
     newest_first = max(0, eval_from - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
     # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
@@ -180,9 +193,7 @@ def hourly_update(
         spec.training.window_stride, newest_first // max(1, int(per_series * spec.training.replay_ratio))
     )
     replay = (
-        make_windows(truncated(history, newest_first), spec, stride=replay_stride)
-        if newest_first > 0
-        else None
+        make_windows(history.head(newest_first), spec, stride=replay_stride) if newest_first > 0 else None
     )
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
@@ -209,6 +220,7 @@ def hourly_update(
             "architecture": spec.architecture.kind,
             "lstm_units": spec.architecture.lstm_units,
             "started_from": champion.version if champion else "scratch",
+            "champion_set_aside": set_aside or "none",
             "new_windows": report.new_windows,
             "replay_windows": report.replay_windows,
             "epochs": report.epochs,

@@ -22,20 +22,25 @@ if TYPE_CHECKING:
     from slicewise.forecasting.spec import ForecasterSpec
 
 #: Per-step input features, in order. Missing load is fed as 0 with ``observed`` = 0, so gaps and the padding
-#: before a new GPU's first sample are visible to the model rather than read as idle time.
+#: before a new GPU's first sample are visible to the model rather than read as idle time. ``fleet_load`` is
+#: the mean load of every series of the fleet at that step (see :meth:`Panel.fleet`): how busy the fleet is
+#: tells a quiet GPU whether a burst is likely, which its own quiet history cannot.
 FEATURES = (
     "load",
     "observed",
     "memory",
     "hour_mean",
     "hour_p90",
+    "fleet_load",
     "hour_sin",
     "hour_cos",
     "dow_sin",
     "dow_cos",
 )
-#: Features per series and step (the rest are the clock, shared by all series).
+#: Features per series and step (the rest, the fleet's load and the clock, are shared by all series).
 SERIES_FEATURES = 5
+#: Features shared by all series at a step: ``fleet_load`` and the clock.
+SHARED_FEATURES = len(FEATURES) - SERIES_FEATURES
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,29 @@ class Panel:
     load: np.ndarray  # (n_series, n_steps) float64, NaN = missing
     memory: np.ndarray  # (n_series, n_steps) framebuffer used / capacity, NaN = missing
     step_s: int
+    #: (n_steps,) the whole fleet's mean load per step; None: the mean of this panel's own rows. Kept by
+    #: :func:`subsample_rows` and :meth:`head`, so a sample of series still sees the fleet it came from.
+    fleet_load: np.ndarray | None = None
+
+    def fleet(self) -> np.ndarray:
+        """(n_steps,) the fleet's mean observed load per step, 0 where no series was observed."""
+        if self.fleet_load is not None:
+            return self.fleet_load
+        observed = ~np.isnan(self.load)
+        counts = observed.sum(axis=0)
+        sums = np.where(observed, self.load, 0.0).sum(axis=0)
+        return np.divide(sums, counts, out=np.zeros(self.load.shape[1]), where=counts > 0)
+
+    def head(self, steps: int) -> Panel:
+        """The panel's first ``steps`` steps (the past as of step ``steps``)."""
+        return Panel(
+            self.keys,
+            self.timestamps[:steps],
+            self.load[:, :steps],
+            self.memory[:, :steps],
+            self.step_s,
+            self.fleet()[:steps],
+        )
 
 
 def panel_from_frame(frame: pd.DataFrame, signal: str, step_s: int) -> Panel:
@@ -132,15 +160,23 @@ def make_windows(
         ],
         axis=-1,
     ).astype(np.float32)  # (n_series, n_steps, 5); float32: windows are many and the model reads float32
-    clock = time_features(panel.timestamps).astype(np.float32)  # (n_steps, 4)
-    # Left-pad so a window may start before the panel does (unobserved, with extrapolated clock features).
-    pad_clock = (
-        time_features(panel.timestamps[0] - np.arange(width - 1, 0, -1) * panel.step_s).astype(np.float32)
+    fleet = panel.fleet()[:, None] if n_steps else np.empty((0, 1))
+    shared = np.concatenate([fleet, time_features(panel.timestamps)], axis=1).astype(np.float32)
+    # Left-pad so a window may start before the panel does (unobserved, with extrapolated clock features and the
+    # fleet's load as at its first step).
+    pad_shared = (
+        np.concatenate(
+            [
+                np.full((width - 1, 1), fleet[0, 0]),
+                time_features(panel.timestamps[0] - np.arange(width - 1, 0, -1) * panel.step_s),
+            ],
+            axis=1,
+        ).astype(np.float32)
         if n_steps
-        else np.empty((0, 4), np.float32)
+        else np.empty((0, SHARED_FEATURES), np.float32)
     )
     padded = np.concatenate([np.zeros((n_series, width - 1, SERIES_FEATURES), np.float32), per_step], axis=1)
-    padded_clock = np.concatenate([pad_clock, clock], axis=0)
+    padded_shared = np.concatenate([pad_shared, shared], axis=0)
     padded_observed = np.concatenate([np.zeros((n_series, width - 1), dtype=bool), observed], axis=1)
     counts = np.concatenate([np.zeros((n_series, 1)), np.cumsum(padded_observed, axis=1)], axis=1)
 
@@ -155,8 +191,8 @@ def make_windows(
             continue
         chosen = np.flatnonzero(keep)
         block = padded[chosen, t : t + width, :]
-        clock_block = np.broadcast_to(padded_clock[t : t + width], (len(chosen), width, 4))
-        inputs.append(np.concatenate([block, clock_block], axis=-1))
+        shared_block = np.broadcast_to(padded_shared[t : t + width], (len(chosen), width, SHARED_FEATURES))
+        inputs.append(np.concatenate([block, shared_block], axis=-1))
         outputs.append(targets[chosen, t, :])
         rows.append(chosen)
         steps.append(np.full(len(chosen), t))
@@ -189,7 +225,12 @@ def subsample(panel: Panel, max_series: int, seed: int) -> Panel:
 
 
 def subsample_rows(panel: Panel, rows: np.ndarray) -> Panel:
-    """The panel restricted to ``rows`` (in that order)."""
+    """The panel restricted to ``rows`` (in that order); the fleet's load stays that of the whole panel."""
     return Panel(
-        [panel.keys[i] for i in rows], panel.timestamps, panel.load[rows], panel.memory[rows], panel.step_s
+        [panel.keys[i] for i in rows],
+        panel.timestamps,
+        panel.load[rows],
+        panel.memory[rows],
+        panel.step_s,
+        panel.fleet(),
     )

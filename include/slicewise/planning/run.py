@@ -66,9 +66,18 @@ def make_forecasts(
     gpu, demand = inputs.load_recent(root, end, hours)
     model = None
     if trust.predictor == "champion":
+        from slicewise.forecasting.model import reads_current_features
+
         champion = registry.load_champion(tracking_uri, spec.name)
         if champion is None:  # the alias vanished between the verdict and now: act on nothing
             trust = inputs.Trust(inputs.FALLBACK_BASELINE, False, "champion alias disappeared")
+        elif not reads_current_features(champion.model):
+            trust = inputs.Trust(
+                inputs.FALLBACK_BASELINE,
+                False,
+                f"champion v{champion.version} reads other input features; the first version trained on "
+                "today's that beats the baselines replaces it",
+            )
         else:
             model, trust = (
                 champion.model,
