@@ -89,10 +89,12 @@ def gpu_cost_report() -> None:
         span = window.resolve(dag_run.run_after, params["mode"], params.get("report_date"), rollout_event)
         try:
             return run.collect(settings, span, run_id or "manual", ledger_url(settings))
+        except run.BeforeFirstValidatedHour as missing:  # a new install: there was nothing to collect yet
+            raise AirflowSkipException(f"report skipped: {missing}") from None
         except run.NoValidatedHours as missing:
             if span.partial:  # early in the day there may be nothing yet: not a failure
                 raise AirflowSkipException(f"partial report skipped: {missing}") from None
-            # A day without validated data does not appear by retrying: fail once, clearly.
+            # Data lost after Slicewise started collecting does not appear by retrying: fail once, clearly.
             raise AirflowFailException(str(missing)) from None
 
     @task

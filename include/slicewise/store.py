@@ -57,6 +57,22 @@ class PartitionPaths:
         return self.root / "_staging" / f"{self.interval_start:%Y%m%dT%H}-{uuid.uuid4().hex[:12]}"
 
 
+def published_hour_starts(root: ObjectStoragePath) -> list[datetime]:
+    """Start of every hour under ``root`` with a published (validated) metrics partition, oldest first."""
+    from datetime import UTC
+
+    metrics = root / "metrics"
+    if not metrics.exists():
+        return []
+    starts = []
+    for day in metrics.iterdir():
+        for hour in day.iterdir():
+            if read_manifest(hour) is not None:
+                stamp = datetime.strptime(f"{day.name}/{hour.name}", "date=%Y-%m-%d/hour=%H")
+                starts.append(stamp.replace(tzinfo=UTC))
+    return sorted(starts)
+
+
 def write_frame(frame: pd.DataFrame, path: ObjectStoragePath, metadata: Mapping[str, str]) -> None:
     """Write ``frame`` as Parquet with ``metadata`` in the file's key-value metadata."""
     import pyarrow as pa

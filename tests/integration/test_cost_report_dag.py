@@ -213,7 +213,17 @@ def test_partial_then_daily_report_reconciles_with_plots_savings_and_accuracy(se
     assert page.count("<table>") >= 6 and "team-llm" in page and "sim-h100-1" in page
 
 
-def test_a_day_without_validated_partitions_fails_clearly(setup: Setup) -> None:
-    states = run_dag(DAY + timedelta(days=1, minutes=15), report_date="2026-11-20")
+def test_a_day_that_lost_its_validated_partitions_fails_clearly(setup: Setup) -> None:
+    # Slicewise collected on DAY, so a later day with no validated hour is lost data: red in the UI.
+    later = (DAY + timedelta(days=2)).date().isoformat()
+    states = run_dag(DAY + timedelta(days=3, minutes=15), report_date=later)
     assert states["collect_inputs"] == "failed" and states["__run__"] == "failed"
+    assert not (setup.home / "store" / "reports" / later).exists()
+
+
+def test_a_day_before_the_first_validated_hour_is_skipped_not_failed(setup: Setup) -> None:
+    # A new install's first daily run reports a day from before it collected anything: nothing is missing.
+    states = run_dag(DAY + timedelta(days=1, minutes=15), report_date="2026-11-20")
+    assert states["collect_inputs"] == "skipped" and states["__run__"] == "success"
+    assert states["publish_report"] == "skipped"
     assert not (setup.home / "store" / "reports" / "2026-11-20").exists()

@@ -70,3 +70,17 @@ def test_move_folder_replaces_an_earlier_quarantine(root: store.ObjectStoragePat
         store.move_folder(staging, paths.quarantine)
     assert (paths.quarantine / "report.txt").read_text() == "second"
     assert [p.name for p in paths.quarantine.iterdir()] == ["report.txt"]
+
+
+def test_published_hour_starts_lists_only_hours_with_a_manifest_oldest_first(
+    root: store.ObjectStoragePath,
+) -> None:
+    assert store.published_hour_starts(root) == []
+    for hour in (HOUR.replace(hour=14), HOUR.replace(day=28, hour=23), HOUR):
+        staging = store.PartitionPaths(root, hour).new_staging()
+        staging.mkdir(parents=True)
+        store.publish(staging, store.PartitionPaths(root, hour).published, {})
+    half = store.PartitionPaths(root, HOUR.replace(hour=15)).published  # a crash before its manifest
+    half.mkdir(parents=True)
+    (half / "gpu.parquet").write_text("half")
+    assert store.published_hour_starts(root) == [HOUR.replace(day=28, hour=23), HOUR, HOUR.replace(hour=14)]

@@ -48,6 +48,11 @@ class NoValidatedHours(RuntimeError):
     """The report window holds no validated metrics partition: nothing to report."""
 
 
+class BeforeFirstValidatedHour(NoValidatedHours):
+    """The window ends before the first validated hour there is: Slicewise was not collecting yet (a new
+    install), so the missing day is expected, not lost data."""
+
+
 def report_folder(root: ObjectStoragePath, day: str) -> ObjectStoragePath:
     return root / "reports" / day
 
@@ -111,8 +116,15 @@ def collect(settings: Settings, window: ReportWindow, run_id: str, ledger_url: s
     root = store.storage_path(settings.storage_root)
     hours = sources.published_hours(root, window.hours)
     if not hours:
+        span = f"{window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC"
+        collected = store.published_hour_starts(root)
+        if not collected or collected[0] >= window.end:
+            since = f"since {collected[0]:%Y-%m-%d %H:%M} UTC" if collected else "not yet"
+            raise BeforeFirstValidatedHour(
+                f"nothing to report for {span}: validated metrics exist {since}, after this window"
+            )
         raise NoValidatedHours(
-            f"no validated metrics partition in {window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC "
+            f"no validated metrics partition in {span} although earlier hours have one "
             "(run gpu_metrics_ingest for those hours first)"
         )
     first = sources.lookback_start(window.start, settings.cost_savings_window_hours)

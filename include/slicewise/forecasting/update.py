@@ -67,21 +67,10 @@ def load_history(
 
 def latest_published_end(root: ObjectStoragePath) -> datetime | None:
     """End of the newest published hour under ``root`` (used when a run has no triggering Asset event)."""
-    from datetime import UTC
-
     from slicewise import store
 
-    newest: datetime | None = None
-    metrics = root / "metrics"
-    if not metrics.exists():
-        return None
-    for day in metrics.iterdir():
-        for hour in day.iterdir():
-            if store.read_manifest(hour) is None:
-                continue
-            start = datetime.strptime(f"{day.name}/{hour.name}", "date=%Y-%m-%d/hour=%H").replace(tzinfo=UTC)
-            newest = max(newest or start, start)
-    return newest + timedelta(hours=1) if newest else None
+    starts = store.published_hour_starts(root)
+    return starts[-1] + timedelta(hours=1) if starts else None
 
 
 def split_steps(panel: Panel, spec: ForecasterSpec) -> int:
