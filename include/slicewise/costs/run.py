@@ -119,12 +119,12 @@ def collect(settings: Settings, window: ReportWindow, run_id: str, ledger_url: s
         span = f"{window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC"
         collected = store.published_hour_starts(root)
         if not collected or collected[0] >= window.end:
-            first = (
+            earliest = (
                 f"the first validated hour starts {collected[0]:%Y-%m-%d %H:%M} UTC, after this window"
                 if collected
                 else "no hour has been validated yet"
             )
-            raise BeforeFirstValidatedHour(f"nothing to report for {span}: {first}")
+            raise BeforeFirstValidatedHour(f"nothing to report for {span}: {earliest}")
         raise NoValidatedHours(
             f"no validated metrics partition in {span} although earlier hours have one "
             "(run gpu_metrics_ingest for those hours first)"
