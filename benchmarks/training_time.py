@@ -76,8 +76,10 @@ def main() -> int:
         return 0
     for n_gpus in args.gpus:
         with tempfile.TemporaryDirectory(prefix="slicewise-train-bench-") as tmp:
+            # cwd: MLflow on a bare SQLite URI puts artifacts under ./mlruns, which must not land in the checkout.
             run = subprocess.run(
-                [sys.executable, __file__, "--child", str(n_gpus), str(args.hours), tmp],
+                [sys.executable, str(Path(__file__).resolve()), "--child", str(n_gpus), str(args.hours), tmp],
+                cwd=tmp,
                 capture_output=True,
                 text=True,
                 check=False,
