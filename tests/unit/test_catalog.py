@@ -36,6 +36,7 @@ from slicewise.settings import CONFIG_DIR
 from slicewise.simulator.fleet import load_config
 
 MODELS = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "A30-24GB"]
+WITHOUT_MIG = ["T4-16GB", "V100-16GB", "V100-32GB", "P100-16GB", "A10-24GB"]
 SEVEN_SLICE = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"]
 
 # facts §2.4: A100-40GB profile names -> the same geometry's names on the other 7-slice models.
@@ -99,8 +100,11 @@ def _edit_yaml(path: Path, change: dict[str, object]) -> None:
 # --- models ---------------------------------------------------------------------------------------------------
 
 
-def test_given_the_shipped_config_when_loaded_then_the_five_models_are_there(catalog: Catalog) -> None:
-    assert list(catalog.models) == MODELS
+def test_given_the_shipped_config_when_loaded_then_five_mig_models_and_five_without_are_there(
+    catalog: Catalog,
+) -> None:
+    assert list(catalog.models) == MODELS + WITHOUT_MIG
+    assert [m.name for m in catalog.models.values() if m.mig] == MODELS
     assert load_catalog() is load_catalog()  # cached for the default folder
 
 
@@ -136,8 +140,17 @@ def test_given_compute_capabilities_when_asking_mps_limits_then_48_from_7_5_else
         "H100-80GB": "9.0",
         "H200-141GB": "9.0",
         "A30-24GB": "8.0",
+        "T4-16GB": "7.5",
+        "V100-16GB": "7.0",
+        "V100-32GB": "7.0",
+        "P100-16GB": "6.0",
+        "A10-24GB": "8.6",
     }
-    assert all(m.mps_max_replicas == 48 for m in catalog.models.values())
+    assert {m.name for m in catalog.models.values() if m.mps_max_replicas == 16} == {
+        "V100-16GB",
+        "V100-32GB",
+        "P100-16GB",
+    }
     volta = dataclasses.replace(catalog.model("A100-40GB"), compute_capability="7.0")
     assert volta.mps_max_replicas == 16
     assert dataclasses.replace(volta, compute_capability="7.5").mps_max_replicas == 48
@@ -176,6 +189,7 @@ def test_given_pci_ids_when_read_then_they_are_the_default_configs_filters(catal
         "H100-80GB": eighty,
         "H200-141GB": ("0x233510DE",),
         "A30-24GB": ("0x20B710DE",),
+        **{name: () for name in WITHOUT_MIG},  # mig-parted never selects them
     }
 
 
@@ -350,7 +364,9 @@ def test_given_a_layout_when_described_then_largest_instances_first() -> None:
         ("NVIDIA-A30", "A30-24GB"),
         ("NVIDIA-A30-MIG-1g.6gb+me", "A30-24GB"),
         ("NVIDIA-H200-NVL", None),  # another product, another filter
-        ("Tesla-T4", None),
+        ("Tesla-T4", "T4-16GB"),  # no MIG, known all the same
+        ("Tesla-V100-PCIE-32GB", "V100-32GB"),
+        ("Tesla-K80", None),
         ("", None),
     ],
 )
@@ -403,6 +419,8 @@ def test_given_nvidias_default_names_when_derived_then_they_match_the_default_co
     for model in MODELS:
         assert catalog.layout_of("all-disabled", model) is None
         assert catalog.layout_of("all-enabled", model) == ()
+    for model in WITHOUT_MIG:  # whole GPUs are all they have
+        assert catalog.configs_for(model) == {"all-disabled": None}
     assert set(catalog.mig_configs["all-1g.10gb.me"].layouts) == {"A100-80GB", "H100-80GB"}
 
 
@@ -655,7 +673,7 @@ def test_given_resources_when_asking_their_compute_share_then_g_over_slices_or_o
 
 
 def test_given_a_full_layout_when_summing_shares_then_it_adds_up_to_its_compute(catalog: Catalog) -> None:
-    for model in catalog.models.values():
+    for model in (m for m in catalog.models.values() if m.mig):
         for lay in valid_layouts(model, maximal_only=True):
             capacity = layout_capacity(model, lay, gpus=1)
             total = sum(n * compute_share(model, resource) for resource, n in capacity.items())
@@ -683,3 +701,23 @@ def test_given_an_unknown_model_when_listing_layouts_then_exit_2_with_one_line(
     assert main(["catalog", "layouts", "V100"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown GPU model 'V100'") and err.count("\n") == 1
+
+
+def test_given_a_model_without_mig_when_it_carries_mig_fields_then_it_is_rejected(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    shutil.copytree(CONFIG_DIR, config)
+    data = yaml.safe_load((config / "gpu_models.yaml").read_text())
+    data["models"]["T4-16GB"]["compute_slices"] = 7
+    (config / "gpu_models.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError, match="T4-16GB: a model with mig: false has no MIG geometry"):
+        load_catalog(config)
+
+
+def test_given_a_model_without_mig_when_planned_for_then_it_offers_whole_gpus_and_mps(
+    catalog: Catalog,
+) -> None:
+    t4 = catalog.model("T4-16GB")
+    assert not t4.mig and t4.profiles == {} and t4.mps_max_replicas == 48
+    assert layout_capacity(t4, None, gpus=2, mps_replicas=4) == {"nvidia.com/gpu": 8}
+    with pytest.raises(CatalogError, match="no entry for T4-16GB"):
+        catalog.layout_of("all-balanced", "T4-16GB")

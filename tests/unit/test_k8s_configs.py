@@ -122,8 +122,8 @@ def test_given_a_folder_when_written_then_both_files_land_there(catalog: Catalog
 
 
 def _models_selected(catalog: Catalog, entry: dict[str, Any]) -> list[str]:
-    if "device-filter" not in entry:
-        return list(catalog.models)
+    if "device-filter" not in entry:  # MIG on applies to MIG models alone; MIG off to every GPU
+        return [m.name for m in catalog.models.values() if m.mig or not entry["mig-enabled"]]
     ids = set(entry["device-filter"])
     return [m.name for m in catalog.models.values() if ids & set(m.pci_device_ids)]
 

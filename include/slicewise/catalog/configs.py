@@ -198,7 +198,9 @@ def _default_configs(models: Mapping[str, GpuModel], balanced: Mapping[Any, Any]
     """NVIDIA's names, derived per model as mig-parted's config builder does (facts §1.4/§1.5)."""
     configs = {
         ALL_DISABLED: MigConfig(ALL_DISABLED, {m: None for m in models}, "MIG disabled: whole GPUs"),
-        ALL_ENABLED: MigConfig(ALL_ENABLED, {m: () for m in models}, "MIG enabled, no instances"),
+        ALL_ENABLED: MigConfig(
+            ALL_ENABLED, {m.name: () for m in models.values() if m.mig}, "MIG enabled, no instances"
+        ),
     }
     formulas = {int(slices): [int(g) for g in gs] for slices, gs in balanced.items()}
     balanced_layouts: dict[str, Layout | None] = {}

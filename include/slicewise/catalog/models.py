@@ -58,6 +58,11 @@ class GpuModel:
     compute_capability: str
     profiles: Mapping[str, MigProfile]
 
+    @property
+    def mig(self) -> bool:
+        """Whether the model has MIG; one without (T4, V100, ...) shares only by MPS / time-slicing."""
+        return bool(self.profiles)
+
     def base_profile(self, g: int) -> MigProfile | None:
         """The profile with ``g`` compute slices and the fewest memory slices, never ``+me``; None if absent."""
         candidates = [p for p in self.profiles.values() if p.g == g and not p.media]
@@ -108,18 +113,25 @@ def _parse_model(name: str, spec: Mapping[str, Any]) -> GpuModel:
     aliases = [str(a) for a in spec.get("product_aliases", [])]
     # product_aliases is the complete list of GFD products, the canonical one first.
     aliases = [gpu_product, *(a for a in aliases if a != gpu_product)]
+    mig = spec.get("mig", True)
+    if not isinstance(mig, bool):
+        raise CatalogError(f"model {name}: mig must be true or false, got {mig!r}")
+    if not mig and any(k in spec for k in ("profiles", "compute_slices", "memory_slices", "pci_device_ids")):
+        raise CatalogError(f"model {name}: a model with mig: false has no MIG geometry, profiles or PCI IDs")
     model = GpuModel(
         name=name,
         dcgm_model_name=str(spec["dcgm_model_name"]),
         gpu_product=gpu_product,
         product_aliases=tuple(aliases),
-        pci_device_ids=tuple(str(i) for i in spec["pci_device_ids"]),
+        pci_device_ids=tuple(str(i) for i in spec["pci_device_ids"]) if mig else (),
         memory_mib=int(spec["memory_mib"]),
         tdp_w=float(spec["tdp_w"]),
-        compute_slices=int(spec["compute_slices"]),
-        memory_slices=int(spec["memory_slices"]),
+        compute_slices=int(spec["compute_slices"]) if mig else 0,
+        memory_slices=int(spec["memory_slices"]) if mig else 0,
         compute_capability=str(spec["compute_capability"]),
-        profiles=MappingProxyType({str(p): _parse_profile(str(p), v) for p, v in spec["profiles"].items()}),
+        profiles=MappingProxyType(
+            {str(p): _parse_profile(str(p), v) for p, v in spec["profiles"].items()} if mig else {}
+        ),
     )
     _check_model(model)
     return model
@@ -142,6 +154,8 @@ def _check_model(model: GpuModel) -> None:
         raise CatalogError(
             f"{where}: compute_capability must look like '8.0', got {model.compute_capability!r}"
         )
+    if not model.mig:
+        return
     if not model.pci_device_ids or not all(
         re.fullmatch(r"0x[0-9A-F]{4}10DE", i) for i in model.pci_device_ids
     ):

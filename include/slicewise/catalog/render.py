@@ -38,8 +38,9 @@ def render_mig_parted_config(catalog: Catalog) -> dict[str, Any]:
     for name, config in catalog.mig_configs.items():
         if name in _UNFILTERED:
             layouts = set(config.layouts.values())
-            if len(layouts) != 1 or len(config.layouts) != len(catalog.models):
-                raise CatalogError(f"MIG config {name!r} must give every model the same layout")
+            mig_models = {m.name for m in catalog.models.values() if m.mig}
+            if len(layouts) != 1 or not mig_models <= set(config.layouts):
+                raise CatalogError(f"MIG config {name!r} must give every MIG model the same layout")
             configs[name] = [_entry(None, next(iter(layouts)))]
             continue
         groups: dict[Layout | None, list[str]] = {}
@@ -186,9 +187,10 @@ _GENERATED = """\
 def _mig_parted_header(catalog: Catalog) -> str:
     width = max(len(n) for n in catalog.mig_configs)
     index = []
+    mig_models = {m.name for m in catalog.models.values() if m.mig}
     for name, config in catalog.mig_configs.items():
-        # Name the models only where a config does not cover them all.
-        where = "" if len(config.layouts) == len(catalog.models) else f" [{', '.join(config.layouts)}]"
+        # Name the models only where a config does not cover every MIG model.
+        where = "" if mig_models <= set(config.layouts) else f" [{', '.join(config.layouts)}]"
         index.append(f"#   {name:<{width}}  {config.description}{where}")
     return (
         _GENERATED.format(sources="gpu_models.yaml and mig_configs.yaml")

@@ -31,6 +31,9 @@ class PlannerConfig:
     max_change_share: float = 0.25  # at most this share of managed nodes changes per run
     cordon_to_drain: bool = False  # blocked nodes may be cordoned so they drain naturally
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
+    # GPUs without MIG (T4, V100, ...) can share only by MPS. The rollout verifies a change by the MIG manager's
+    # state, which such nodes never get, so production leaves them alone; the what-if backtest plans them.
+    plan_gpus_without_mig: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -32,6 +32,11 @@ from slicewise.planning.types import (
     SeriesForecast,
 )
 
+WITHOUT_MIG = (
+    "GPUs without MIG share only by MPS, and the rollout verifies a change by the MIG manager's state, which "
+    "these nodes never get: left alone"
+)
+
 
 def plan_fleet(
     observations: Sequence[NodeObservation],
@@ -64,6 +69,9 @@ def plan_fleet(
             ctx = node_context(obs, by_node.get(obs.node.name, []), catalog)
         except NotPlannable as why:
             plans.append(_skipped(obs, config, str(why)))
+            continue
+        if not ctx.model.mig and not config.plan_gpus_without_mig:
+            plans.append(_skipped(obs, config, WITHOUT_MIG))
             continue
         key = _idle_key(ctx, pending)
         proposal = idle_proposals.get(key) if key else None

@@ -7,7 +7,7 @@ import dataclasses
 from slicewise.catalog import Catalog
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP
+from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP
 
 from .conftest import NOW, forecasts, mig_load, node, observe, pod, whole_gpu_load
 
@@ -173,3 +173,20 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
         NOW,
     )
     assert plan.nodes[0].desired.device_plugin_config != "default"
+
+
+def test_gpus_without_mig_are_left_alone_in_production_and_shared_by_mps_where_planned(
+    catalog: Catalog,
+) -> None:
+    t4 = node("t4", model="T4-16GB", mig_config="all-disabled", gpus=2)
+    inputs = (
+        [observe(t4, pod("infer-1", "t4", "nvidia.com/gpu"))],
+        forecasts(whole_gpu_load("t4", 2, 0.1), {"nvidia.com/gpu": 3}),
+        catalog,
+    )
+    (left,) = plan_fleet(*inputs, PlannerConfig(), NOW).nodes
+    assert left.action == SKIP and "MIG manager" in left.reasons[0]
+    (shared,) = plan_fleet(*inputs, PlannerConfig(plan_gpus_without_mig=True), NOW).nodes
+    # One tenant and three pending on two GPUs: two tenants per GPU (mps-2).
+    assert shared.action == CHANGE and shared.desired.device_plugin_config == "mps-2"
+    assert shared.desired.mig_config == "all-disabled"
