@@ -13,9 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-from slicewise.catalog import load_catalog
-from slicewise.whatif.engine import BacktestConfig, Replay
+from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.policies import POLICIES, parse_policies
+from slicewise.whatif.run import replay
 from slicewise.whatif.trace import load_nodes, load_pods, spread_sample
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
@@ -46,12 +46,11 @@ def main() -> int:
     print(
         f"read {len(trace.pods):,} GPU pods and {len(nodes):,} nodes in {time.perf_counter() - began:.2f} s"
     )
-    catalog = load_catalog()
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     print(f"{'policy':<11} {'seconds':>8} {'planner runs':>13} {'s/run':>7}")
     for policy in parse_policies(args.policies):
         began = time.perf_counter()
-        result = Replay(policy, trace.pods, nodes, catalog, BacktestConfig(), window).run()
+        result = replay(policy, trace, nodes, BacktestConfig(), window)
         seconds = time.perf_counter() - began
         per_run = seconds / result.planner_runs if result.planner_runs else float("nan")
         print(f"{policy.name:<11} {seconds:>8.1f} {result.planner_runs:>13,} {per_run:>7.3f}")

@@ -3,8 +3,10 @@
 Or on the cluster's own history: ``--prometheus URL --since ISO --until ISO`` reads the pods' GPU requests
 (kube-state-metrics) and the nodes (DCGM) with the ingest's reader instead of the CSV files.
 
-Without ``--json``: a table on stdout and an HTML report with plots (``--html``). Exit codes: 0 done, 2 bad input
-(one ``error:`` line on stderr).
+Three modes: the replay (default: a table of headline figures per policy and an HTML report, ``--html``);
+``--saturate`` (pods drawn from the trace until they ask for the whole fleet: the share each policy allocates);
+``--size-for-wait SECONDS`` (the smallest share of the nodes on which each policy keeps the mean wait at or
+under SECONDS). Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slicewise.whatif.fleet import FIRST_FIT, SCHEDULERS
 from slicewise.whatif.policies import POLICIES
+
+DEFAULT_POLICIES = "static,static-mig,reactive,packing,oracle,ideal"
 
 
 def register(subparsers: Any) -> None:
@@ -35,8 +40,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--policies",
-        default=",".join(POLICIES),
-        help=f"comma-separated, of {', '.join(POLICIES)} (default all)",
+        default=DEFAULT_POLICIES,
+        help=f"comma-separated, of {', '.join(POLICIES)} (default {DEFAULT_POLICIES})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument(
@@ -44,9 +49,26 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--times-from", type=Path, help="timed pod list for a pod list without time columns")
     parser.add_argument(
-        "--gpu-model",
-        default="A100-80GB",
-        help="catalogue model every GPU is modelled as (default A100-80GB)",
+        "--gpu-model", help="model every GPU as this catalogue model (default: each node's own, see docs)"
+    )
+    parser.add_argument(
+        "--model-map",
+        action="append",
+        default=[],
+        metavar="NAME=MODEL",
+        help="the node list's GPU model NAME is catalogue MODEL (repeatable), e.g. G2=A100-80GB",
+    )
+    parser.add_argument(
+        "--share-gpus-without-mig",
+        action="store_true",
+        help="let the planner share GPUs without MIG by MPS (production leaves those nodes alone)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        choices=SCHEDULERS,
+        default=FIRST_FIT,
+        help="scheduler model: first-fit by node name, spread (Kubernetes' default LeastAllocated) or "
+        "binpack (MostAllocated); default first-fit",
     )
     parser.add_argument(
         "--node-share", type=float, default=1.0, help="replay on this share of the nodes (default 1: all)"
@@ -54,7 +76,31 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--reconfigure-s", type=float, default=300.0, help="seconds a node is gone for a change (default 300)"
     )
+    parser.add_argument(
+        "--eviction-cost-s",
+        type=float,
+        default=300.0,
+        help="run time an evicted pod loses (restart, image, warm-up; default 300)",
+    )
+    parser.add_argument(
+        "--drain-cap-days",
+        type=float,
+        default=30.0,
+        help="after the window, serve the pods left for at most this long (default 30)",
+    )
     parser.add_argument("--days", type=float, help="replay only the first DAYS of the trace")
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="saturation mode: the share of the fleet each policy allocates",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="saturation mode: the draw of pods (default 0)")
+    parser.add_argument(
+        "--size-for-wait",
+        type=float,
+        metavar="SECONDS",
+        help="sizing mode: the smallest share of the nodes keeping each policy's mean wait <= SECONDS",
+    )
     parser.add_argument(
         "--workers", type=int, help="processes (default: one per core, at most one per policy)"
     )
@@ -62,43 +108,94 @@ def register(subparsers: Any) -> None:
 
 
 def run_backtest(args: argparse.Namespace) -> int:
-    from slicewise.catalog import CatalogError, load_catalog
-    from slicewise.costs.pricing import load_prices
+    from slicewise.catalog import CatalogError
     from slicewise.metrics.prometheus import PrometheusError
-    from slicewise.whatif import report
-    from slicewise.whatif.engine import BacktestConfig
-    from slicewise.whatif.policies import parse_policies
-    from slicewise.whatif.run import Backtest, run_policies
-    from slicewise.whatif.trace import TraceError, load_nodes, load_pods, spread_sample
+    from slicewise.whatif.trace import TraceError
 
     began = time.monotonic()
     try:
-        policies = parse_policies(args.policies)
-        catalog = load_catalog()
-        catalog.model(args.gpu_model)
-        if args.prometheus:
-            trace, nodes = _from_prometheus(args, catalog)
-        elif args.pods and args.nodes:
-            trace, nodes = load_pods(args.pods, args.times_from), load_nodes(args.nodes)
-        else:
-            raise ValueError("give --pods and --nodes, or --prometheus with --since")
-        fleet = spread_sample(nodes, args.node_share)
-        if args.reconfigure_s < 0 or (args.days is not None and args.days <= 0):
-            raise ValueError("--reconfigure-s must be >= 0 and --days > 0")
+        inputs = _inputs(args)
     except (TraceError, CatalogError, ValueError, PrometheusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    price = load_prices().price_for(args.gpu_model).per_gpu_hour
+    if args.saturate:
+        return _saturate(args, inputs, began)
+    if args.size_for_wait is not None:
+        return _size(args, inputs)
+    return _replay(args, inputs, began)
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything the three modes share, checked: ValueError / TraceError / CatalogError on bad input."""
+    import dataclasses
+
+    from slicewise.catalog import load_catalog
+    from slicewise.costs.pricing import load_prices
+    from slicewise.whatif.engine import BacktestConfig
+    from slicewise.whatif.gpus import parse_model_map
+    from slicewise.whatif.policies import parse_policies
+    from slicewise.whatif.trace import load_nodes, load_pods, spread_sample
+
+    policies = parse_policies(args.policies)
+    catalog = load_catalog()
+    if args.prometheus:
+        trace, nodes = _from_prometheus(args, catalog)
+    elif args.pods and args.nodes:
+        trace, nodes = load_pods(args.pods, args.times_from), load_nodes(args.nodes)
+    else:
+        raise ValueError("give --pods and --nodes, or --prometheus with --since")
+    if args.reconfigure_s < 0 or args.eviction_cost_s < 0 or args.drain_cap_days < 0:
+        raise ValueError("--reconfigure-s, --eviction-cost-s and --drain-cap-days must be >= 0")
+    if args.days is not None and args.days <= 0:
+        raise ValueError("--days must be > 0")
+    if args.saturate and args.size_for_wait is not None:
+        raise ValueError("--saturate and --size-for-wait are two modes: give one")
+    if args.size_for_wait is not None and args.size_for_wait < 0:
+        raise ValueError("--size-for-wait must be >= 0 seconds")
+    fleet = spread_sample(nodes, args.node_share)
+    prices = load_prices()
+    base = BacktestConfig()
     config = BacktestConfig(
-        gpu_model=args.gpu_model, reconfigure_s=args.reconfigure_s, price_per_gpu_hour=price
+        gpu_model=args.gpu_model,
+        model_map=parse_model_map(args.model_map),
+        scheduler=args.scheduler,
+        reconfigure_s=args.reconfigure_s,
+        eviction_cost_s=args.eviction_cost_s,
+        drain_cap_s=args.drain_cap_days * 86_400,
+        planner=dataclasses.replace(base.planner, plan_gpus_without_mig=args.share_gpus_without_mig),
+        price_per_gpu_hour=prices.default_price,
+        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
     )
+    models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map
     start = min(p.arrival_s for p in trace.pods)
     end = trace.end_s if args.days is None else min(trace.end_s, start + args.days * 86_400)
-    window = (start, end)
-    results = run_policies(policies, trace, fleet, config, window, args.workers)
+    return {
+        "policies": policies,
+        "trace": trace,
+        "fleet": fleet,
+        "config": config,
+        "window": (start, end),
+        "notes": tuple(models.notes()),
+    }
+
+
+def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> int:
+    from slicewise.whatif import report
+    from slicewise.whatif.run import Backtest, run_policies
+
+    trace, fleet, config, window = inputs["trace"], inputs["fleet"], inputs["config"], inputs["window"]
+    results = run_policies(inputs["policies"], trace, fleet, config, window, args.workers)
     source = args.prometheus or str(args.pods)
     backtest = Backtest(
-        source, str(args.nodes or source), trace, fleet, config, window, results, time.monotonic() - began
+        source,
+        str(args.nodes or source),
+        trace,
+        fleet,
+        config,
+        window,
+        results,
+        time.monotonic() - began,
+        inputs["notes"],
     )
     if args.json:
         print(json.dumps(report.as_json(backtest)))
@@ -108,8 +205,96 @@ def run_backtest(args: argparse.Namespace) -> int:
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
     print(
-        f"\n{len(trace.pods):,} pods, {len(fleet):,} nodes, {sum(n.gpus for n in fleet):,} GPUs "
-        f"as {args.gpu_model}; {backtest.seconds:.0f} s. HTML report: {target}"
+        f"\n{len(trace.pods):,} pods, {len(fleet):,} nodes, {sum(n.gpus for n in fleet):,} GPUs; "
+        f"{'; '.join(inputs['notes'])}; {backtest.seconds:.0f} s. HTML report: {target}"
+    )
+    return 0
+
+
+def _saturate(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> int:
+    from slicewise.whatif.report import format_table
+    from slicewise.whatif.run import run_policies
+    from slicewise.whatif.saturation import inflate
+
+    try:
+        saturation = inflate(inputs["trace"], inputs["fleet"], inputs["config"], args.seed)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results = run_policies(
+        inputs["policies"],
+        saturation.trace,
+        inputs["fleet"],
+        saturation.config,
+        saturation.window,
+        args.workers,
+    )
+    figures = {
+        name: {
+            "allocated_share": round(saturation.allocated_share(r), 6),
+            "pods_waiting": r.still_waiting,
+            "reconfigs_per_node_hour": round(r.reconfigs_per_node_hour, 6),
+            "pods_evicted": r.pods_evicted,
+        }
+        for name, r in results.items()
+    }
+    notes = [*saturation.trace.notes, *inputs["notes"]]
+    if args.json:
+        print(json.dumps({"saturation": figures, "gpus": saturation.gpus, "notes": notes}))
+        return 0
+    lines = [["policy", "allocated share", "pods waiting", "reconfigs/node/h", "evicted"]]
+    lines += [
+        [
+            name,
+            f"{f['allocated_share']:.1%}",
+            f"{f['pods_waiting']:,}",
+            f"{f['reconfigs_per_node_hour']:.4f}",
+            f"{f['pods_evicted']:,}",
+        ]
+        for name, f in figures.items()
+    ]
+    print(format_table(lines))
+    print(f"\n{'; '.join(notes)}; {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _size(args: argparse.Namespace, inputs: dict[str, Any]) -> int:
+    import dataclasses
+
+    from slicewise.whatif.report import format_table
+    from slicewise.whatif.run import replay
+    from slicewise.whatif.sizing import size_policies
+
+    sizings = size_policies(
+        inputs["policies"],
+        inputs["trace"],
+        inputs["fleet"],
+        inputs["config"],
+        inputs["window"],
+        args.size_for_wait,
+        replay,
+        args.workers,
+    )
+    if args.json:
+        print(json.dumps({"sizing": [dataclasses.asdict(s) for s in sizings]}))
+        return 0
+    lines = [["policy", "nodes", "GPUs", "node share", "mean wait s", "replays"]]
+    for s in sizings:
+        found = s.nodes is not None
+        lines.append(
+            [
+                s.policy,
+                f"{s.nodes:,}" if found else "not reached",
+                f"{s.gpus:,}" if s.gpus is not None else "-",
+                f"{s.share:.4f}" if s.share is not None else "-",
+                f"{s.wait_mean_s:,.0f}",
+                str(len(s.probes)),
+            ]
+        )
+    print(format_table(lines))
+    print(
+        f"\nsmallest evenly spread sample of the {len(inputs['fleet']):,} nodes with mean wait "
+        f"<= {args.size_for_wait:g} s"
     )
     return 0
 

@@ -1,12 +1,14 @@
 """Replay a pod trace on the simulated fleet under one policy, hour by hour, and measure it.
 
 Events, in time order (at the same instant: departures, then nodes coming back, then arrivals): a pod arrives
-and queues; the queue is tried first-fit (:mod:`slicewise.whatif.fleet`) in arrival order, and a pod that fits
-starts and runs for its trace duration. At every whole hour the policy's planner (Slicewise's ``plan_fleet``,
-unchanged) sees the nodes, their pods and a forecast, and its ``change`` verdicts are applied: the node's pods
-are evicted and requeue (ahead of later arrivals, with their remaining run time), and the node takes
-``reconfigure_s`` before its new slots exist. The planner's own guard rails apply as in production: hysteresis,
-dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget.
+and queues; the queue is tried in arrival order, each pod placed by the scheduler model
+(:mod:`slicewise.whatif.fleet`), and a pod that fits starts and runs for its trace duration. At every whole hour
+the policy's planner (Slicewise's ``plan_fleet``, unchanged) sees the nodes, their pods and a forecast, and its
+``change`` verdicts are applied: the node's pods are evicted and requeue (ahead of later arrivals, with their
+remaining run time plus ``eviction_cost_s`` of restart and warm-up), and the node takes ``reconfigure_s``
+before its new slots exist. The planner's own guard rails apply as in production: hysteresis, dwell time (from
+the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget. After the window
+the replay goes on, without arrivals, until every pod has been served (at most ``drain_cap_s``).
 
 An hour whose planner inputs cannot differ from the previous hour's (no event for two hours, nothing waiting,
 no change in the last plan, no node inside its dwell time, and for the oracle no event in the next hour) is not
@@ -21,7 +23,7 @@ import dataclasses
 import heapq
 import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -35,23 +37,47 @@ from slicewise.planning.config import PlannerConfig
 from slicewise.planning.node import WHOLE_GPUS
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import DemandForecast, DesiredState, Forecasts, NodeObservation, SeriesForecast
-from slicewise.whatif.fleet import WHOLE, Fleet, SimNode
+from slicewise.whatif.fleet import FIRST_FIT, WHOLE, Fleet, Request, SimNode
+from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import FUTURE, NOW, Policy, initial_configs, whole_gpu_share
 from slicewise.whatif.trace import TraceNode, TracePod
 
 HOUR_S = 3600.0
+DAY_S = 86_400.0
 DEPART, BACK, ARRIVE = 0, 1, 2
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; only differences matter)
 
 
 @dataclass(frozen=True)
 class BacktestConfig:
-    gpu_model: str = "A100-80GB"  # every GPU of the trace is modelled as this catalogue model
+    gpu_model: str | None = None  # every GPU as this catalogue model; None: each node's own (whatif.gpus)
+    model_map: Mapping[str, str] = field(default_factory=dict)  # node-list model name -> catalogue model
+    scheduler: str = FIRST_FIT  # the scheduler model: first-fit, spread or binpack (whatif.fleet)
     reconfigure_s: float = 300.0  # a node is gone this long for a layout or MPS change
+    eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
+    drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
     step_s: int = 300  # load samples for the forecaster's baselines
+    # As production: act on the baseline forecast; nodes without MIG are left alone unless asked.
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
-    price_per_gpu_hour: float = 0.0
+    price_per_gpu_hour: float = 0.0  # for GPU models without a price of their own
+    prices: Mapping[str, float] = field(default_factory=dict)  # catalogue model -> price per GPU-hour
+
+    def fleet_models(self, nodes: Sequence[TraceNode], catalog: Catalog) -> FleetModels:
+        return resolve_models((n.model for n in nodes), catalog, self.gpu_model, self.model_map)
+
+    def price(self, model: GpuModel) -> float:
+        return self.prices.get(model.name, self.price_per_gpu_hour)
+
+
+def demand_model(models: Sequence[GpuModel]) -> GpuModel | None:
+    """The MIG model whose slices the planner's pending pools are named after: the most common one of the
+    fleet (None without MIG)."""
+    counts = Counter(m.name for m in models if m.mig)
+    if not counts:
+        return None
+    name = counts.most_common(1)[0][0]
+    return next(m for m in models if m.name == name)
 
 
 def smallest_profile_resource(model: GpuModel, share: float) -> str:
@@ -79,15 +105,20 @@ class Replay:
         """``initial``: (mig.config, device-plugin config) per node, instead of the policy's starting fleet."""
         self.policy, self.pods, self.catalog, self.config = policy, pods, catalog, config
         self.planner = dataclasses.replace(config.planner, policy=policy.planner or config.planner.policy)
-        self.model = catalog.model(config.gpu_model)
         self.start, self.end = window
-        configs = initial or initial_configs(policy, len(nodes), whole_gpu_share(pods, self.start, self.end))
+        models = config.fleet_models(nodes, catalog)
+        node_models = [models.of(n.model) for n in nodes]
+        configs = initial or initial_configs(
+            policy, [m.mig for m in node_models], whole_gpu_share(pods, self.start, self.end)
+        )
         self.fleet = Fleet(
             [
-                SimNode(n.name, n.gpus, self.model, catalog, mig, plugin)
-                for n, (mig, plugin) in zip(nodes, configs, strict=True)
-            ]
+                SimNode(n.name, n.gpus, model, catalog, mig, plugin, n.model, config.price(model))
+                for n, model, (mig, plugin) in zip(nodes, node_models, configs, strict=True)
+            ],
+            config.scheduler,
         )
+        self.demand_model = demand_model(node_models)
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
         count = len(pods)
         self.remaining = np.array([p.duration_s for p in pods])
@@ -96,6 +127,7 @@ class Replay:
         self.started_at = np.full(count, np.nan)
         self.epoch = np.zeros(count, dtype=np.int64)
         self.node_of = np.full(count, -1, dtype=np.int64)
+        self.running = 0
         self.queue: list[int] = []  # pod ids in arrival order (pod ids are sorted by arrival)
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, pod or node, epoch or -)
         self.meter = Meter(self.start, len(nodes))
@@ -105,6 +137,8 @@ class Replay:
         self.last_plan_changed = True
         self.last_change_any = -math.inf
         self.demand_of = [p.gpus * p.share for p in pods]
+        self.requests = [Request(p.gpus, p.share, p.models) for p in pods]
+        self.classes = np.array([p.size_class for p in pods])
         self.arrivals = [p.arrival_s for p in pods]
         self.wants = [self._wants(p) for p in pods]
         self.queued_demand: Counter[str] = Counter()  # the waiting requests, per planner demand pool
@@ -116,10 +150,15 @@ class Replay:
             if self.start <= pod.arrival_s < self.end:
                 heapq.heappush(self.events, (pod.arrival_s, ARRIVE, pod_id, 0))
         per_hour = int(HOUR_S // self.config.step_s)
+        horizon = self.end + self.config.drain_cap_s
         step = 0
-        while (tick := self.start + step * self.config.step_s) < self.end:
+        while True:
+            tick = min(self.start + step * self.config.step_s, horizon)
             while self.events and self.events[0][0] < tick:
                 self._handle(*heapq.heappop(self.events))
+            if tick >= horizon or (tick >= self.end and not self.queue and not self.running):
+                stop = tick if tick >= horizon else max(self.end, self.last_event)
+                break
             self.meter.advance(tick, self.fleet, len(self.queue))
             self.waiting_samples.append(+self.queued_demand)
             self.meter.sample_fragmentation(self.fleet.fragmentation(self._recent_requests(tick)))
@@ -128,15 +167,13 @@ class Replay:
                     self._plan(tick)
                 self.meter.close_hour(tick)
             step += 1
-        while self.events and self.events[0][0] < self.end:
-            self._handle(*heapq.heappop(self.events))
-        self.meter.advance(self.end, self.fleet, len(self.queue))
-        self.meter.close_hour(self.end)
-        for pod_id in self.queue:  # still waiting at the end: censored at the end of the window
-            self.waited[pod_id] += self.end - self.waiting_since[pod_id]
+        self.meter.advance(stop, self.fleet, len(self.queue))
+        self.meter.close_hour(stop)
+        for pod_id in self.queue:  # still waiting when the replay gave up: censored there
+            self.waited[pod_id] += stop - self.waiting_since[pod_id]
         arrived = np.array([self.start <= p.arrival_s < self.end for p in self.pods], dtype=bool)
         return self.meter.result(
-            self.policy.name, self.waited[arrived], len(self.queue), self.config.price_per_gpu_hour
+            self.policy.name, self.waited[arrived], self.classes[arrived], len(self.queue), self.fleet
         )
 
     def _handle(self, when: float, kind: int, subject: int, epoch: int) -> None:
@@ -153,6 +190,7 @@ class Replay:
             node = self.fleet.give_back(node, subject, self.demand_of[subject])
             self._loaded(node, when)
             self.node_of[subject] = -1
+            self.running -= 1
             self._try(list(self.queue), when)
         else:  # BACK: a reconfigured node returns with its new slots
             node = self.fleet.nodes[subject]
@@ -160,15 +198,14 @@ class Replay:
             self._try(list(self.queue), when)
 
     def _try(self, candidates: list[int], when: float) -> None:
-        failed: set[tuple[int, float]] = set()  # a request that did not fit cannot fit later in this pass
+        failed: set[Request] = set()  # a request that did not fit cannot fit later in this pass
         for pod_id in candidates:
-            pod = self.pods[pod_id]
-            kind = (pod.gpus, pod.share)
-            if kind in failed:
+            request = self.requests[pod_id]
+            if request in failed:
                 continue
-            found = self.fleet.find(pod.gpus, pod.share)
+            found = self.fleet.find(request)
             if found is None:
-                failed.add(kind)
+                failed.add(request)
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
@@ -176,6 +213,8 @@ class Replay:
             self.queue.remove(pod_id)
             self.queued_demand.subtract(self.wants[pod_id])
             self.waited[pod_id] += when - self.waiting_since[pod_id]
+            self.meter.started(when - self.waiting_since[pod_id])
+            self.running += 1
             self.started_at[pod_id] = when
             self.node_of[pod_id] = self.index[node.name]
             heapq.heappush(
@@ -224,7 +263,9 @@ class Replay:
         index = self.index[node.name]
         for pod_id in list(node.pods):
             self.fleet.give_back(node, pod_id, self.demand_of[pod_id])
-            self.remaining[pod_id] = max(1.0, self.remaining[pod_id] - (now - self.started_at[pod_id]))
+            left = max(1.0, self.remaining[pod_id] - (now - self.started_at[pod_id]))
+            self.remaining[pod_id] = left + self.config.eviction_cost_s
+            self.running -= 1
             self.epoch[pod_id] += 1
             self.node_of[pod_id] = -1
             self.waiting_since[pod_id] = now
@@ -247,7 +288,7 @@ class Replay:
             )
             gpu_node = GpuNode(
                 name=node.name,
-                gpu_product=self.model.gpu_product,
+                gpu_product=node.model.gpu_product,
                 gpu_count=node.gpus,
                 mig_config=node.mig_config,
                 mig_config_state="success" if node.available else "pending",
@@ -294,9 +335,11 @@ class Replay:
 
     def _wants(self, pod: TracePod) -> Counter[str]:
         """The planner's demand pools a waiting pod counts in: a fractional request is demand for its smallest
-        MIG slice and for an MPS tenant, a whole-GPU one for 7g slices and whole GPUs. The planner hands each
-        pool out separately (an over-count the README names)."""
-        pools = Counter({smallest_profile_resource(self.model, pod.share): pod.gpus})
+        MIG slice (of the fleet's MIG model, if it has one) and for an MPS tenant, a whole-GPU one for 7g
+        slices and whole GPUs. The planner hands each pool out separately (an over-count the README names)."""
+        pools: Counter[str] = Counter()
+        if self.demand_model is not None:
+            pools[smallest_profile_resource(self.demand_model, pod.share)] += pod.gpus
         pools[GPU_RESOURCE if pod.share < WHOLE else WHOLE_GPUS] += pod.gpus
         return pools
 

@@ -10,7 +10,18 @@ one whole GPU (1). A pod asks for ``gpus`` GPUs of ``share`` each:
   without MPS, or 7g instances); MPS tenants never host them (the device plugin refuses multi-GPU requests
   under MPS, and a tenant gets only 1 / replicas of the GPU).
 
-The first node in name order with a fitting slot wins (first fit); nothing fits -> the pod waits.
+A pod that names GPU models (``gpu_spec``) only goes to nodes of those models. Which node, among those with a
+fitting slot, is the scheduler model's choice (``--scheduler``):
+
+- ``first-fit``: the first node in name order;
+- ``spread``: Kubernetes' default, ``NodeResourcesFit`` with the ``LeastAllocated`` strategy: the node whose
+  allocated share of its GPUs is the lowest once the pod is on it;
+- ``binpack``: ``NodeResourcesFit`` with ``MostAllocated`` (the bin-packing profile): the highest.
+
+Both scores are taken over the node's GPU capacity (the share of its GPUs its taken slots cover), as the
+scheduler scores ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` when they are among its scored resources; the
+trace's CPU and memory are not modelled. Ties go to the first node in name order (kube-scheduler picks one of
+the tied nodes at random). Nothing fits -> the pod waits.
 """
 
 from __future__ import annotations
@@ -19,11 +30,28 @@ import copy
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from slicewise.catalog import Catalog, GpuModel, Layout, resource_for_profile
 from slicewise.catalog.resources import GPU_RESOURCE
 
 WHOLE = 1.0
 EPS = 1e-9
+FIRST_FIT, SPREAD, BINPACK = "first-fit", "spread", "binpack"
+SCHEDULERS = (FIRST_FIT, SPREAD, BINPACK)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a pod asks for: ``gpus`` GPUs of ``share`` each, on a node of one of ``models`` (() = any)."""
+
+    gpus: int
+    share: float
+    models: tuple[str, ...] = ()
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpus == 1 and self.share < WHOLE - EPS
 
 
 @dataclass
@@ -50,13 +78,27 @@ def slots_for(model: GpuModel, gpus: int, layout: Layout | None, replicas: int) 
 class SimNode:
     """One node: its configuration, its slots and the pods on them."""
 
-    def __init__(self, name: str, gpus: int, model: GpuModel, catalog: Catalog, mig_config: str, plugin: str):
-        self.name, self.gpus, self.model, self.catalog = name, gpus, model, catalog
+    def __init__(
+        self,
+        name: str,
+        gpus: int,
+        model: GpuModel,
+        catalog: Catalog,
+        mig_config: str,
+        plugin: str,
+        kind: str = "",
+        price: float = 0.0,
+    ):
+        """``kind``: the GPU model as the node list names it (what a pod's ``gpu_spec`` names); ``price``: per
+        GPU-hour."""
+        self.name, self.gpus, self.model, self.catalog, self.kind = name, gpus, model, catalog, kind
+        self.price = price
         self.available = True  # False while the MIG manager / device plugin reconfigures it
         self.last_change: float | None = None
         self.pods: dict[int, list[int]] = {}  # pod -> its slot indices
         self.gpu_pods = [0] * gpus  # pods per physical GPU
         self.load = 0.0  # requested GPU-equivalents of the pods on it
+        self.allocated = 0.0  # GPU-equivalents of its taken slots (what the scheduler scores)
         self.configure(mig_config, plugin)
 
     def configure(self, mig_config: str, plugin: str) -> None:
@@ -93,6 +135,7 @@ class SimNode:
         for index in slots:
             self.slots[index].pod = pod
             self.gpu_pods[self.slots[index].gpu] += 1
+            self.allocated += self.slots[index].share
         self.pods[pod] = slots
         self.load += demand
 
@@ -101,7 +144,11 @@ class SimNode:
         for index in slots:
             self.slots[index].pod = -1
             self.gpu_pods[self.slots[index].gpu] -= 1
-        self.load = max(0.0, self.load - demand) if self.pods else 0.0
+            self.allocated -= self.slots[index].share
+        if not self.pods:
+            self.load = self.allocated = 0.0  # no drift from float sums on an empty node
+        else:
+            self.load = max(0.0, self.load - demand)
         return slots
 
     def copy(self) -> SimNode:
@@ -118,8 +165,11 @@ class SimNode:
 class Fleet:
     """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""
 
-    def __init__(self, nodes: list[SimNode]):
+    def __init__(self, nodes: list[SimNode], scheduler: str = FIRST_FIT):
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
         self.nodes = nodes
+        self.scheduler = scheduler
         self.by_name = {n.name: n for n in nodes}
         self.position = {n.name: i for i, n in enumerate(nodes)}
         self.owned: set[str] | None = None  # a fork's nodes copied so far; None: every node is this fleet's
@@ -127,15 +177,30 @@ class Fleet:
         for node in nodes:
             self.free.update(node.free_shares())
         self.nodes_by_free_whole: Counter[int] = Counter(n.free_whole() for n in nodes)
+        self.total_gpus = sum(n.gpus for n in nodes)
         self.work = 0.0  # GPU-equivalents the running pods requested
         self.busy_gpus = 0  # physical GPUs hosting at least one pod
         self.busy_node_gpus = 0  # GPUs of the nodes hosting at least one pod
+        self.busy_cost_rate = 0.0  # their price per hour
+        self.away_gpus = 0  # GPUs of the nodes being reconfigured
+        # The scheduler's view, one entry per node: allocated GPU share, size, whether it takes pods now.
+        self.allocated = np.zeros(len(nodes))
+        self.sizes = np.array([n.gpus for n in nodes], dtype=float)
+        self.up = np.ones(len(nodes), dtype=bool)
+        self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
+
+    @property
+    def releasable_gpus(self) -> int:
+        """GPUs of whole nodes with no pod that are not being reconfigured: what an autoscaler could remove."""
+        return self.total_gpus - self.busy_node_gpus - self.away_gpus
 
     def _account(self, node: SimNode, before: tuple[int, bool], demand: float) -> None:
         gpus, occupied = before
         self.work = max(0.0, self.work + demand)
         self.busy_gpus += node.busy_gpus() - gpus
         self.busy_node_gpus += node.gpus * (bool(node.pods) - occupied)
+        self.busy_cost_rate += node.gpus * node.price * (bool(node.pods) - occupied)
+        self.allocated[self.position[node.name]] = node.allocated
 
     def fork(self) -> Fleet:
         """A copy that shares the nodes until it changes one (copy on write): cheap for a short look ahead."""
@@ -144,6 +209,7 @@ class Fleet:
         twin.by_name = dict(self.by_name)
         twin.free = Counter(self.free)
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
+        twin.allocated, twin.up = self.allocated.copy(), self.up.copy()
         twin.owned = set()
         return twin
 
@@ -157,19 +223,35 @@ class Fleet:
         self.owned.add(node.name)
         return mine
 
-    def could_fit(self, gpus: int, share: float) -> bool:
-        if gpus == 1 and share < WHOLE - EPS:
-            return any(count > 0 and s >= share - EPS for s, count in self.free.items())
-        return self.free[WHOLE] >= gpus if WHOLE in self.free else False
+    def could_fit(self, request: Request) -> bool:
+        """False when no free slot of the whole fleet could hold the request (a quick refusal; models aside)."""
+        if request.fractional:
+            return any(count > 0 and s >= request.share - EPS for s, count in self.free.items())
+        return self.free[WHOLE] >= request.gpus if WHOLE in self.free else False
 
-    def find(self, gpus: int, share: float) -> tuple[SimNode, list[int]] | None:
-        if not self.could_fit(gpus, share):
+    def eligible(self, models: tuple[str, ...]) -> np.ndarray:
+        """Which nodes a pod naming ``models`` may run on (every node for ``()``), as a mask."""
+        mask = self._kind_masks.get(models)
+        if mask is None:
+            mask = np.array([not models or n.kind in models for n in self.nodes], dtype=bool)
+            self._kind_masks[models] = mask
+        return mask
+
+    def find(self, request: Request) -> tuple[SimNode, list[int]] | None:
+        """The node and slots the scheduler model gives the request now, or None (it waits)."""
+        if not self.could_fit(request):
             return None
-        for node in self.nodes:
-            if node.available:
-                slots = node.fit(gpus, share)
-                if slots is not None:
-                    return node, slots
+        candidates = np.flatnonzero(self.up & self.eligible(request.models))
+        if self.scheduler != FIRST_FIT and len(candidates) > 1:
+            after = (self.allocated[candidates] + request.gpus * request.share) / self.sizes[candidates]
+            # Stable sort: equal scores keep name order.
+            order = np.argsort(after if self.scheduler == SPREAD else -after, kind="stable")
+            candidates = candidates[order]
+        for index in candidates:
+            node = self.nodes[index]
+            slots = node.fit(request.gpus, request.share)
+            if slots is not None:
+                return node, slots
         return None
 
     def _whole_changed(self, before: int, after: int) -> None:
@@ -202,11 +284,15 @@ class Fleet:
             self.free.subtract(node.free_shares())
             self.nodes_by_free_whole[node.free_whole()] -= 1
             node.available = False
+            self.up[self.position[node.name]] = False
+            self.away_gpus += node.gpus
 
     def back(self, node: SimNode, mig_config: str, plugin: str) -> None:
         node = self.own(node)
         node.configure(mig_config, plugin)
         node.available = True
+        self.up[self.position[node.name]] = True
+        self.away_gpus -= node.gpus
         self.free.update(node.free_shares())
         self.nodes_by_free_whole[node.free_whole()] += 1
 

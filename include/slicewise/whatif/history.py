@@ -4,8 +4,9 @@ Pods come from kube-state-metrics (``kube_pod_container_resource_requests`` for 
 pulls them): a pod arrives at its first sample and leaves one step after its last; its request is the largest
 it held, summed over its containers: ``nvidia.com/gpu: k`` is k whole GPUs (an MPS tenant's share does not show
 in its request), ``nvidia.com/mig-<profile>: k`` one request of k x g / compute slices of a GPU (of
-``gpu_model``). Nodes come from the DCGM series of the window's last
-hour: each hostname with its number of physical GPUs and the model it reports.
+``gpu_model``, else the first catalogue model with that profile). Nodes come from the DCGM series of the
+window's last hour: each hostname with its number of physical GPUs and the model it reports (its DCGM name,
+which :mod:`slicewise.whatif.gpus` maps to the catalogue).
 """
 
 from __future__ import annotations
@@ -25,31 +26,38 @@ if TYPE_CHECKING:
 CHUNK = timedelta(days=1)
 
 
-def _request(resource: str, count: float, model: GpuModel) -> tuple[int, float] | None:
-    """(GPUs, share of each) for one GPU resource, or None for one that is not a GPU."""
+def _request(resource: str, count: float, models: list[GpuModel]) -> tuple[int, float] | None:
+    """(GPUs, share of each) for one GPU resource, or None for one that is not a GPU. A MIG resource is read on
+    the first of ``models`` that has its profile."""
     if count <= 0:
         return None
     if resource == GPU_RESOURCE:
         return max(1, round(count)), 1.0
     if resource.startswith(MIG_RESOURCE_PREFIX):
         profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
-        match = next((p for p in model.profiles.values() if p.name.replace("+", ".") == profile), None)
-        if match is None:
-            return None
-        # Several slices of one pod are one request of their summed size (the model's requests are one slice).
-        return 1, min(1.0, round(count) * match.g / model.compute_slices)
+        for model in models:
+            match = next((p for p in model.profiles.values() if p.name.replace("+", ".") == profile), None)
+            if match is not None:
+                # Several slices of one pod are one request of their summed size (a model request is one slice).
+                return 1, min(1.0, round(count) * match.g / model.compute_slices)
     return None
 
 
 def trace_from_frames(
-    demand: pd.DataFrame, gpu: pd.DataFrame, start: datetime, step_s: int, catalog: Catalog, gpu_model: str
+    demand: pd.DataFrame,
+    gpu: pd.DataFrame,
+    start: datetime,
+    step_s: int,
+    catalog: Catalog,
+    gpu_model: str | None = None,
 ) -> tuple[PodTrace, list[TraceNode]]:
-    """The pods of the demand frame and the nodes of the GPU frame, with times in seconds from ``start``."""
+    """The pods of the demand frame and the nodes of the GPU frame, with times in seconds from ``start``. A MIG
+    request's size is read on ``gpu_model`` when given, else on the first catalogue model with its profile."""
     import pandas as pd
 
     from slicewise.planning.inputs import ksm_resource_names
 
-    model = catalog.model(gpu_model)
+    models = [catalog.model(gpu_model)] if gpu_model else list(catalog.models.values())
     names = ksm_resource_names(catalog)
     notes: list[str] = []
     pods: list[TracePod] = []
@@ -65,7 +73,7 @@ def trace_from_frames(
         for key, first, last in zip(seen.index, seen["min"], seen["max"], strict=True):
             namespace, pod = key
             requests = [
-                _request(str(resource), float(count), model) for resource, count in held.loc[key].items()
+                _request(str(resource), float(count), models) for resource, count in held.loc[key].items()
             ]
             kinds = [r for r in requests if r is not None]
             if len(kinds) != 1:  # no GPU resource, or several kinds at once: not one request the model knows

@@ -1,63 +1,120 @@
 """What a backtest measures per policy, integrated over time between events.
 
+Every replay serves the same pods: it runs past the trace's window, with no new arrivals, until every pod that
+arrived has finished (or ``drain_cap_s`` after the window; ``still_waiting`` then counts the pods left), so a
+policy that makes pods wait is charged for the hours it takes to serve them later.
+
+Headline figures, what operators pay for:
+
+- ``node_gpu_hours``: GPU-hours of the nodes hosting at least one pod — the capacity a cluster autoscaler could
+  not release — to serve every pod. ``cost``: the same, each node at its GPU model's price.
+- ``wait_mean_s`` / ``wait_p95_s`` / ``wait_over_5min``: each pod's total time waiting (before its start and
+  after every eviction), its mean, 95th percentile and the share of pods that waited more than 5 minutes;
+  overall and per size class in ``wait_by_class`` (fractional, 1 GPU, multi-GPU).
+- ``gpus_releasable``: GPUs of whole nodes with no pod (not being reconfigured), time-averaged: what an
+  autoscaler could have removed.
+- ``reconfigs_per_node_hour``, ``pods_evicted``: layout or MPS changes applied and the pods they evicted.
+
+Kept beside them:
+
 - ``gpu_utilisation``: requested GPU-equivalents of the running pods over the GPUs hosting at least one pod,
-  time-weighted (allocation-weighted: a GPU counts while something is allocated on it). The trace has requests,
-  not measured utilisation, so a pod is taken to use what it asked for.
-- ``pending_mean_s`` / ``pending_p95_s``: each pod's total time waiting (before its start and after every
-  eviction); pods still waiting at the end count until the end.
-- ``fragmentation``: the share of free capacity (GPU-equivalents; nodes being reconfigured excluded) that
-  cannot host a request of the current workload — in expectation over the requests that arrived in the
-  trailing hour, as "Beware of Fragmentation" (ATC'23) defines it for a workload — sampled every step and
-  averaged. (Against the smallest *waiting* request, as first specified, it is 100 % by construction whenever
-  a one-GPU pod waits: first fit would have placed it on any free slot big enough.)
-- ``pending_time_share``: the share of time at least one pod waits.
-- ``reconfigs_per_node_hour``, ``pods_evicted``: layout or MPS changes applied and pods they evicted.
-- ``gpu_hours`` / ``cost``: GPU-hours of the nodes hosting at least one pod — the capacity a cluster autoscaler
-  could not release — times the modelled GPU's price.
+  time-weighted. The trace has requests, not measured utilisation, so a pod is taken to use what it asked for;
+  blind to queueing and to idle nodes, so never a verdict on its own.
+- ``fragmentation``: the share of free capacity (nodes being reconfigured excluded) that cannot host a request
+  of the current workload, in expectation over the requests that arrived in the trailing hour (ATC'23), sampled
+  every step and averaged. On a mostly idle fleet every policy scores near 0. Not measured for ``ideal``.
+- ``pending_time_share``: the share of time at least one pod waits; ``served_gpu_hours``: GPU-equivalent hours
+  the pods ran (the same for every policy that served every pod).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from slicewise.whatif.fleet import Fleet
-
 HOUR_S = 3600.0
+LONG_WAIT_S = 300.0
+
+
+class FleetState(Protocol):
+    """What the meter reads of a fleet between events."""
+
+    @property
+    def work(self) -> float: ...  # GPU-equivalents the running pods requested
+    @property
+    def busy_gpus(self) -> int: ...  # physical GPUs hosting at least one pod
+    @property
+    def busy_node_gpus(self) -> int: ...  # GPUs of the nodes hosting at least one pod
+    @property
+    def busy_cost_rate(self) -> float: ...  # price per hour of those GPUs
+    @property
+    def releasable_gpus(self) -> int: ...
 
 
 @dataclass(frozen=True)
 class HourRecord:
     start_s: float
     utilisation: float  # of the GPUs in use, over the hour
-    gpus_in_use: float  # GPUs of the nodes hosting pods, mean over the hour
+    gpus_in_use: float  # GPUs of the nodes hosting pods, mean over the hour (node-GPU-hours per hour)
     waiting: float  # pods waiting, mean over the hour
     reconfigs: int
+    wait_mean_s: float  # mean wait of the pods that started (or restarted) in the hour; NaN for none
+
+
+@dataclass(frozen=True)
+class ClassWait:
+    pods: int
+    mean_s: float
+    p95_s: float
+    over_5min: float
+
+
+def class_wait(waited: np.ndarray) -> ClassWait:
+    if not len(waited):
+        return ClassWait(0, 0.0, 0.0, 0.0)
+    return ClassWait(
+        len(waited),
+        float(waited.mean()),
+        float(np.percentile(waited, 95)),
+        float((waited > LONG_WAIT_S).mean()),
+    )
 
 
 @dataclass(frozen=True)
 class PolicyResult:
     policy: str
-    gpu_utilisation: float
-    pending_mean_s: float
-    pending_p95_s: float
-    fragmentation: float
-    pending_time_share: float
+    node_gpu_hours: float
+    wait_mean_s: float
+    wait_p95_s: float
+    wait_over_5min: float
+    wait_by_class: dict[str, ClassWait]
+    gpus_releasable: float
     reconfigs_per_node_hour: float
     pods_evicted: int
-    gpu_hours: float
+    gpu_utilisation: float
     cost: float
+    fragmentation: float | None  # None where not measured (ideal)
+    pending_time_share: float
+    served_gpu_hours: float
     pods: int
     still_waiting: int
     planner_runs: int
+    end_s: float  # when the replay ended: the window's end, or later while pods were still to be served
+    allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
     hours: list[HourRecord] = field(default_factory=list, repr=False)
 
     def headline(self) -> dict[str, Any]:
         """The figures of ``--json`` (rounded; no time series)."""
         out = {k: v for k, v in asdict(self).items() if k not in ("policy", "hours")}
-        return {k: round(float(v), 6) if isinstance(v, float) else v for k, v in out.items()}
+        return _rounded(out)
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return round(float(value), 6) if isinstance(value, float) else value
 
 
 class Meter:
@@ -65,15 +122,27 @@ class Meter:
         self.last = start_s
         self.start = start_s
         self.nodes = nodes
-        self.work = self.busy_gpus = self.node_gpus = 0.0  # integrals (unit x seconds)
+        self.work = self.busy_gpus = self.node_gpus = self.cost = self.releasable = 0.0  # integrals (x s)
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
         self.reconfigs = self.evictions = self.plans = 0
-        self.hour = {"work": 0.0, "busy": 0.0, "nodes": 0.0, "queue": 0.0, "reconfigs": 0}
+        self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
 
-    def advance(self, when: float, fleet: Fleet, waiting: int) -> None:
+    @staticmethod
+    def _empty_hour() -> dict[str, float]:
+        return {
+            "work": 0.0,
+            "busy": 0.0,
+            "nodes": 0.0,
+            "queue": 0.0,
+            "reconfigs": 0,
+            "started": 0,
+            "wait": 0.0,
+        }
+
+    def advance(self, when: float, fleet: FleetState, waiting: int) -> None:
         """Integrate the state held since the last call up to ``when``."""
         dt = when - self.last
         if dt <= 0:
@@ -82,6 +151,8 @@ class Meter:
         self.work += fleet.work * dt
         self.busy_gpus += fleet.busy_gpus * dt
         self.node_gpus += fleet.busy_node_gpus * dt
+        self.cost += fleet.busy_cost_rate * dt
+        self.releasable += fleet.releasable_gpus * dt
         self.hour["work"] += fleet.work * dt
         self.hour["busy"] += fleet.busy_gpus * dt
         self.hour["nodes"] += fleet.busy_node_gpus * dt
@@ -93,6 +164,11 @@ class Meter:
         if value is not None:
             self.frag += value
             self.frag_samples += 1
+
+    def started(self, waited_s: float) -> None:
+        """A pod (re)started after waiting ``waited_s`` since it last queued."""
+        self.hour["started"] += 1
+        self.hour["wait"] += waited_s
 
     def close_hour(self, when: float) -> None:
         span = when - self.hour_start
@@ -106,9 +182,10 @@ class Meter:
                 h["nodes"] / span,
                 h["queue"] / span,
                 int(h["reconfigs"]),
+                h["wait"] / h["started"] if h["started"] else float("nan"),
             )
         )
-        self.hour = {"work": 0.0, "busy": 0.0, "nodes": 0.0, "queue": 0.0, "reconfigs": 0}
+        self.hour = self._empty_hour()
         self.hour_start = when
 
     def planned(self) -> None:
@@ -121,22 +198,32 @@ class Meter:
     def evicted(self) -> None:
         self.evictions += 1
 
-    def result(self, policy: str, waited: np.ndarray, still_waiting: int, price: float) -> PolicyResult:
-        span_h = max(self.last - self.start, 1.0) / HOUR_S
-        gpu_hours = self.node_gpus / HOUR_S
+    def result(
+        self, policy: str, waited: np.ndarray, classes: np.ndarray, still_waiting: int, fleet: FleetState
+    ) -> PolicyResult:
+        """``waited`` and ``classes``: each pod's total wait and size class; ``fleet`` as the replay ended."""
+        span = max(self.last - self.start, 1.0)
+        overall = class_wait(waited)
+        by_class = {str(c): class_wait(waited[classes == c]) for c in dict.fromkeys(classes.tolist())}
         return PolicyResult(
             policy=policy,
-            gpu_utilisation=float(self.work / self.busy_gpus) if self.busy_gpus else 0.0,
-            pending_mean_s=float(waited.mean()) if len(waited) else 0.0,
-            pending_p95_s=float(np.percentile(waited, 95)) if len(waited) else 0.0,
-            fragmentation=self.frag / self.frag_samples if self.frag_samples else 0.0,
-            pending_time_share=self.waiting_time / max(self.last - self.start, 1.0),
-            reconfigs_per_node_hour=self.reconfigs / (self.nodes * span_h) if self.nodes else 0.0,
+            node_gpu_hours=float(self.node_gpus / HOUR_S),
+            wait_mean_s=overall.mean_s,
+            wait_p95_s=overall.p95_s,
+            wait_over_5min=overall.over_5min,
+            wait_by_class=by_class,
+            gpus_releasable=float(self.releasable / span),
+            reconfigs_per_node_hour=self.reconfigs / (self.nodes * span / HOUR_S) if self.nodes else 0.0,
             pods_evicted=self.evictions,
-            gpu_hours=float(gpu_hours),
-            cost=float(gpu_hours * price),
+            gpu_utilisation=float(self.work / self.busy_gpus) if self.busy_gpus else 0.0,
+            cost=float(self.cost / HOUR_S),
+            fragmentation=self.frag / self.frag_samples if self.frag_samples else 0.0,
+            pending_time_share=self.waiting_time / span,
+            served_gpu_hours=float(self.work / HOUR_S),
             pods=len(waited),
             still_waiting=still_waiting,
             planner_runs=self.plans,
+            end_s=self.last,
+            allocated_at_end=float(fleet.work),
             hours=self.hours,
         )

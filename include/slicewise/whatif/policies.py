@@ -8,8 +8,13 @@ static-mig    the mixed fleet          nothing (one fixed layout: NVIDIA's ``all
 reactive      the mixed fleet          Slicewise's ``packing`` planner on what is pending *now* and current load
 thresholds    the mixed fleet          Slicewise's ``thresholds`` planner on the forecaster's predictions
 packing       the mixed fleet          Slicewise's ``packing`` planner on the forecaster's predictions
-oracle        the mixed fleet          ``packing`` fed the true next hour (arrivals and load): the upper bound
+oracle        the mixed fleet          ``packing`` fed the true next hour (arrivals and load): perfect foresight
+ideal         every GPU shared         no planner: any request on any GPU with room, repacked for free: the bound
 ============  =======================  ==========================================================================
+
+Nodes whose GPUs have no MIG (T4, V100, ...) start and stay whole GPUs under every policy; the planner may
+share them by MPS. ``ideal`` (:mod:`slicewise.whatif.ideal`) is not a planner policy but the bound: fractional
+sharing on every GPU, repacked for free at every event.
 
 The mixed fleet: the planner never switches MIG on or off (that changes the resource names pods request, a
 decision left to people), so a fleet it manages needs both kinds of node from the start. The share of nodes
@@ -20,11 +25,13 @@ conservative. The other nodes run ``all-balanced``. Both kinds are spread evenly
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slicewise.whatif.trace import TracePod, evenly_picked
 
 NOW, FORECAST, FUTURE = "now", "forecast", "future"
+IDEAL = "ideal"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -45,6 +52,7 @@ POLICIES: dict[str, Policy] = {
         Policy("thresholds", True, "thresholds", FORECAST),
         Policy("packing", True, "packing", FORECAST),
         Policy("oracle", True, "packing", FUTURE),
+        Policy(IDEAL, False, None),
     )
 }
 
@@ -66,8 +74,12 @@ def whole_gpu_share(pods: tuple[TracePod, ...], start_s: float, end_s: float) ->
     return sum(p.gpus * p.share * p.duration_s for p in inside if p.share >= 1.0) / total
 
 
-def initial_configs(policy: Policy, nodes: int, whole_share: float) -> list[tuple[str, str]]:
-    """(mig.config, device-plugin config) per node, in node order."""
+def initial_configs(policy: Policy, mig: Sequence[bool], whole_share: float) -> list[tuple[str, str]]:
+    """(mig.config, device-plugin config) per node, in node order; ``mig``: whether each node's GPUs have MIG
+    (a node without MIG is whole GPUs under every policy)."""
     if not policy.mixed_fleet:
-        return [(MIG_OFF, NO_SHARING)] * nodes
-    return [(MIG_OFF if evenly_picked(i, whole_share) else BALANCED, NO_SHARING) for i in range(nodes)]
+        return [(MIG_OFF, NO_SHARING)] * len(mig)
+    return [
+        (MIG_OFF if not capable or evenly_picked(i, whole_share) else BALANCED, NO_SHARING)
+        for i, capable in enumerate(mig)
+    ]

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import html
+import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from slicewise.costs.page import table
 from slicewise.costs.plots import new_figure, png_base64
+from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
     from slicewise.whatif.metrics import PolicyResult
     from slicewise.whatif.run import Backtest
 
-COLUMNS = (
-    ("gpu_utilisation", "GPU util", "{:.1%}"),
-    ("pending_mean_s", "pending mean s", "{:,.0f}"),
-    ("pending_p95_s", "pending P95 s", "{:,.0f}"),
-    ("fragmentation", "fragmentation", "{:.1%}"),
-    ("reconfigs_per_node_hour", "reconfigs/node/h", "{:.4f}"),
-    ("pods_evicted", "evicted", "{:,}"),
-    ("gpu_hours", "GPU-hours", "{:,.0f}"),
-    ("cost", "cost", "{:,.0f}"),
-)
-
 
 def as_json(backtest: Backtest) -> dict[str, Any]:
     gains = backtest.gains()
+    config = backtest.config
     return {
         "policies": {
             name: {**result.headline(), **{k: _round(v) for k, v in gains[name].items()}}
@@ -39,16 +31,22 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "nodes": len(backtest.fleet),
             "gpus": sum(n.gpus for n in backtest.fleet),
             "window_s": list(backtest.window),
-            "notes": list(backtest.trace.notes),
+            "notes": [*backtest.trace.notes, *backtest.notes],
         },
         "model": {
-            "gpu_model": backtest.config.gpu_model,
-            "reconfigure_s": backtest.config.reconfigure_s,
-            "price_per_gpu_hour": backtest.config.price_per_gpu_hour,
+            "gpu_model": config.gpu_model,
+            "model_map": dict(config.model_map),
+            "scheduler": config.scheduler,
+            "reconfigure_s": config.reconfigure_s,
+            "eviction_cost_s": config.eviction_cost_s,
+            "drain_cap_s": config.drain_cap_s,
+            "price_per_gpu_hour": config.price_per_gpu_hour,
+            "prices": dict(config.prices),
             "planner": {
-                "min_gain_gpu_hours": backtest.config.planner.min_gain_gpu_hours,
-                "dwell_hours": backtest.config.planner.dwell_hours,
-                "max_change_share": backtest.config.planner.max_change_share,
+                "min_gain_gpu_hours": config.planner.min_gain_gpu_hours,
+                "dwell_hours": config.planner.dwell_hours,
+                "max_change_share": config.planner.max_change_share,
+                "plan_gpus_without_mig": config.planner.plan_gpus_without_mig,
             },
         },
         "seconds": round(backtest.seconds, 1),
@@ -59,44 +57,77 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-GAIN_COLUMNS = {
-    "utilisation_points": "util vs static",
-    "pending_cut": "pending cut",
-    "gpu_hours_cut": "GPU-h cut",
-}
-
-
-def _gain(gains: dict[str, float | None], metric: str) -> str:
-    mine, share = gains[f"{metric}_vs_static"], gains[f"{metric}_share_of_oracle"]
+def _cut(gains: dict[str, float | None], metric: str) -> str:
+    """``-80% (96%)``: the change from static, and its share of the way to ideal."""
+    mine, share = gains[f"{metric}_vs_static"], gains[f"{metric}_share_of_ideal"]
     if mine is None:
         return "-"
-    text = f"{mine * 100:+.1f} pt" if metric == "utilisation_points" else f"{mine:+.1%}"
-    return text + ("" if share is None else f" ({share:.0%} of oracle)")
+    change = f"{-mine:+.0%}" if round(mine, 2) else "0%"
+    return change + ("" if share is None else f" ({share:.0%})")
 
 
-def _rows(backtest: Backtest) -> list[list[str]]:
+def _class_means(result: PolicyResult) -> str:
+    parts = []
+    for size in SIZE_CLASSES:
+        found = result.wait_by_class.get(size)
+        parts.append("-" if found is None or not found.pods else f"{found.mean_s:,.0f}")
+    return " / ".join(parts)
+
+
+HEADERS = [
+    "policy",
+    "node-GPU-h",
+    "vs static (to ideal)",
+    "wait mean s",
+    "vs static (to ideal)",
+    "wait P95 s",
+    "> 5 min",
+    "mean s: frac / 1 / multi",
+    "GPUs releasable",
+    "reconfigs/node/h",
+    "evicted",
+    "util",
+    "cost",
+    "never served",
+]
+
+
+def rows(backtest: Backtest) -> list[list[str]]:
     gains = backtest.gains()
-    rows = []
-    for name, result in backtest.results.items():
-        values = result.headline()
-        rows.append(
+    out = []
+    for name, r in backtest.results.items():
+        out.append(
             [
                 name,
-                *(fmt.format(values[key]) for key, _, fmt in COLUMNS),
-                *(_gain(gains[name], metric) for metric in GAIN_COLUMNS),
+                f"{r.node_gpu_hours:,.0f}",
+                _cut(gains[name], "node_gpu_hours_cut"),
+                f"{r.wait_mean_s:,.0f}",
+                _cut(gains[name], "wait_cut"),
+                f"{r.wait_p95_s:,.0f}",
+                f"{r.wait_over_5min:.1%}",
+                _class_means(r),
+                f"{r.gpus_releasable:,.1f}",
+                f"{r.reconfigs_per_node_hour:.4f}",
+                f"{r.pods_evicted:,}",
+                f"{r.gpu_utilisation:.1%}",
+                f"{r.cost:,.0f}",
+                f"{r.still_waiting:,}",
             ]
         )
-    return rows
+    return out
 
 
 def text_table(backtest: Backtest) -> str:
-    rows = [["policy", *(label for _, label, _ in COLUMNS), *GAIN_COLUMNS.values()], *_rows(backtest)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return format_table([HEADERS, *rows(backtest)])
+
+
+def format_table(lines: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
     return "\n".join(
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
         )
-        for row in rows
+        for row in lines
     )
 
 
@@ -108,12 +139,13 @@ def _over_time(
     figure = new_figure(10, 3.2)
     axes = figure.subplots()
     for name, result in results.items():
-        days = [h.start_s / 86_400 for h in result.hours]
-        axes.plot(days, [getattr(h, field) for h in result.hours], label=name, linewidth=0.9)
+        points = [(h.start_s / 86_400, getattr(h, field)) for h in result.hours]
+        points = [(day, value) for day, value in points if not math.isnan(value)]
+        axes.plot([d for d, _ in points], [v for _, v in points], label=name, linewidth=0.9)
     axes.set_title(title)
     axes.set_xlabel("day of the trace")
     axes.set_ylabel(ylabel)
-    if log:  # a starving policy's queue dwarfs the others' by orders of magnitude
+    if log:  # a starving policy's figures dwarf the others' by orders of magnitude
         axes.set_yscale("symlog")
     axes.legend(fontsize="small", ncols=3)
     return png_base64(figure)
@@ -121,34 +153,42 @@ def _over_time(
 
 def render_html(backtest: Backtest) -> str:
     data = as_json(backtest)
-    rows = _rows(backtest)
-    headers = [
-        "policy",
-        *(label for _, label, _ in COLUMNS),
-        *GAIN_COLUMNS.values(),
-    ]
     plots = [
-        _over_time(backtest.results, "utilisation", "Utilisation of the GPUs in use (hourly)", "fraction"),
-        _over_time(backtest.results, "gpus_in_use", "GPUs of the nodes hosting pods (hourly mean)", "GPUs"),
+        _over_time(
+            backtest.results,
+            "wait_mean_s",
+            "Mean wait of the pods starting in each hour (log scale)",
+            "seconds",
+            log=True,
+        ),
+        _over_time(
+            backtest.results,
+            "gpus_in_use",
+            "GPUs of the nodes hosting pods (node-GPU-hours per hour)",
+            "GPUs",
+        ),
         _over_time(backtest.results, "waiting", "Pods waiting (hourly mean, log scale)", "pods", log=True),
+        _over_time(backtest.results, "utilisation", "Utilisation of the GPUs in use (hourly)", "fraction"),
         _over_time(backtest.results, "reconfigs", "Reconfigurations per hour", "nodes"),
     ]
     images = "".join(f"<img alt='plot' src='data:image/png;base64,{p}'>" for p in plots if p)
-    trace = data["trace"]
+    trace, model = data["trace"], data["model"]
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in trace["notes"])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Slicewise what-if backtest</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px}}td.num{{text-align:right}}img{{display:block;margin:1em 0}}</style>
 </head><body>
 <h1>What-if backtest</h1>
 <p>{html.escape(trace["pods_file"])}: {trace["pods"]:,} GPU pods on {trace["nodes"]:,} nodes
-({trace["gpus"]:,} GPUs, modelled as {html.escape(data["model"]["gpu_model"])}), reconfiguration
-{data["model"]["reconfigure_s"]:.0f} s, price {data["model"]["price_per_gpu_hour"]:.2f} per GPU-hour.
+({trace["gpus"]:,} GPUs), scheduler model {html.escape(model["scheduler"])}, reconfiguration
+{model["reconfigure_s"]:.0f} s, eviction cost {model["eviction_cost_s"]:.0f} s.
 Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <ul>{notes}</ul>
-{table(headers, rows)}
-<p>What each figure means, the scheduler model and the policies: README, "What-if backtest".</p>
+{table(HEADERS, rows(backtest))}
+<p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
+<code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
+What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
 {images}
 </body></html>
 """

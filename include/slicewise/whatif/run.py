@@ -8,12 +8,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from slicewise.whatif.engine import BacktestConfig, Replay
+from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import POLICIES, Policy
+from slicewise.whatif.policies import IDEAL, POLICIES, Policy
 from slicewise.whatif.trace import PodTrace, TraceNode
 
-BASELINE, UPPER_BOUND = "static", "oracle"
-#: An oracle gain smaller than this (1 point, or 1 %) is noise: no "share of the oracle's gain" is given.
+BASELINE, BOUND = "static", IDEAL
+#: A cut by ``ideal`` smaller than this (1 %) is noise: no "share of the way to ideal" is given.
 MEANINGFUL = 0.01
 
 
@@ -27,21 +28,24 @@ class Backtest:
     window: tuple[float, float]
     results: dict[str, PolicyResult]
     seconds: float
+    notes: tuple[str, ...] = ()  # how the fleet was modelled (GPU models, assumptions)
 
     def gains(self) -> dict[str, dict[str, float | None]]:
-        """Per policy, over ``static``: utilisation points gained, relative cut in mean pending time and in
-        GPU-hours, and the share of the oracle's gain each reaches (None without a baseline, an oracle, or
-        an oracle gain to compare with)."""
-        base, best = self.results.get(BASELINE), self.results.get(UPPER_BOUND)
+        """Per policy, over ``static``: the relative cut in mean wait and in node-GPU-hours, and each as its
+        share of the way from ``static`` to ``ideal`` (None without a baseline, an ``ideal`` run, or a cut by
+        ``ideal`` to compare with; for node-GPU-hours, None too when the policy left pods unserved)."""
+        base, best = self.results.get(BASELINE), self.results.get(BOUND)
         out: dict[str, dict[str, float | None]] = {}
         for name, result in self.results.items():
             row: dict[str, float | None] = {}
-            for metric, gain in GAINS.items():
-                mine = gain(base, result) if base else None
-                top = gain(base, best) if base and best else None
+            for metric, figure in GAINS.items():
+                # Node-GPU-hours compare only between replays that served the same pods.
+                comparable = metric != "node_gpu_hours_cut" or not result.still_waiting
+                mine = _relative_cut(figure(base), figure(result)) if base and comparable else None
+                top = _relative_cut(figure(base), figure(best)) if base and best else None
                 row[f"{metric}_vs_static"] = mine
-                row[f"{metric}_share_of_oracle"] = (
-                    mine / top if mine is not None and top is not None and abs(top) >= MEANINGFUL else None
+                row[f"{metric}_share_of_ideal"] = (
+                    mine / top if mine is not None and top is not None and top >= MEANINGFUL else None
                 )
             out[name] = row
         return out
@@ -51,15 +55,14 @@ def _relative_cut(before: float, after: float) -> float | None:
     return (before - after) / before if before > 0 else None
 
 
-#: How much better than ``static`` a policy is, per metric (positive = better).
-GAINS: dict[str, Callable[[PolicyResult, PolicyResult], float | None]] = {
-    "utilisation_points": lambda base, r: r.gpu_utilisation - base.gpu_utilisation,
-    "pending_cut": lambda base, r: _relative_cut(base.pending_mean_s, r.pending_mean_s),
-    "gpu_hours_cut": lambda base, r: _relative_cut(base.gpu_hours, r.gpu_hours),
+#: The figures whose cut from ``static`` toward ``ideal`` is reported (lower is better for each).
+GAINS: dict[str, Callable[[PolicyResult], float]] = {
+    "wait_cut": lambda r: r.wait_mean_s,
+    "node_gpu_hours_cut": lambda r: r.node_gpu_hours,
 }
 
 
-def _replay(
+def replay(
     policy: Policy,
     trace: PodTrace,
     fleet: list[TraceNode],
@@ -68,6 +71,8 @@ def _replay(
 ) -> PolicyResult:
     from slicewise.catalog import load_catalog
 
+    if policy.name == IDEAL:
+        return IdealReplay(trace.pods, fleet, load_catalog(), config, window).run()
     return Replay(policy, trace.pods, fleet, load_catalog(), config, window).run()
 
 
@@ -82,9 +87,9 @@ def run_policies(
     """Each policy's result, in the order given; policies run in separate processes (one per core)."""
     workers = max(1, min(len(policies), workers or os.cpu_count() or 1))
     if workers == 1:
-        return {p.name: _replay(p, trace, fleet, config, window) for p in policies}
+        return {p.name: replay(p, trace, fleet, config, window) for p in policies}
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {p.name: pool.submit(_replay, p, trace, fleet, config, window) for p in policies}
+        futures = {p.name: pool.submit(replay, p, trace, fleet, config, window) for p in policies}
         return {name: future.result() for name, future in futures.items()}
 
 

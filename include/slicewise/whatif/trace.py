@@ -7,11 +7,15 @@ without GPUs (``num_gpu`` 0) are left out. A pod list without time columns (``mu
 times from a timed list of the same cluster (``--times-from``, by default the ``*_default.csv`` beside it):
 by name, else the timed pod in the same row.
 
+An optional ``gpu_spec`` (``V100M16|V100M32``) names the GPU models a pod may run on, in the node list's names;
+empty means any.
+
 Nodes: ``sn, gpu, model``; nodes without GPUs are left out.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,11 @@ class TraceError(ValueError):
     """The trace cannot be read as a pod or node list; the message says what is wrong."""
 
 
+#: Size classes of requests, as the backtest reports waiting per class.
+FRACTIONAL, ONE_GPU, MULTI_GPU = "fractional", "1 GPU", "multi-GPU"
+SIZE_CLASSES = (FRACTIONAL, ONE_GPU, MULTI_GPU)
+
+
 @dataclass(frozen=True)
 class TracePod:
     name: str
@@ -32,13 +41,20 @@ class TracePod:
     gpus: int  # GPUs requested (num_gpu >= 1)
     share: float  # share of each GPU: gpu_milli / 1000, in (0, 1]; 1 for multi-GPU pods
     qos: str
+    models: tuple[str, ...] = ()  # the node list's GPU model names it may run on (gpu_spec); () = any
+
+    @property
+    def size_class(self) -> str:
+        if self.share < 1.0:
+            return FRACTIONAL
+        return ONE_GPU if self.gpus == 1 else MULTI_GPU
 
 
 @dataclass(frozen=True)
 class TraceNode:
     name: str
     gpus: int
-    model: str  # the trace's model name (the backtest models every GPU as one catalogue model)
+    model: str  # the GPU model as the node list names it (slicewise.whatif.gpus maps it to the catalogue)
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,7 @@ def load_pods(path: Path, times_from: Path | None = None) -> PodTrace:
     started = pd.to_numeric(started, errors="coerce").fillna(gpu_pods["creation_time"])
     durations = (gpu_pods["deletion_time"] - started.clip(lower=gpu_pods["creation_time"])).clip(lower=1.0)
     qos = gpu_pods["qos"].fillna("") if "qos" in gpu_pods else pd.Series("", index=gpu_pods.index)
+    specs = gpu_pods["gpu_spec"].fillna("") if "gpu_spec" in gpu_pods else pd.Series("", index=gpu_pods.index)
     pods = tuple(
         TracePod(
             name=str(name),
@@ -104,20 +121,30 @@ def load_pods(path: Path, times_from: Path | None = None) -> PodTrace:
             gpus=int(gpus),
             share=1.0 if gpus > 1 else float(milli) / 1000.0,
             qos=str(q),
+            models=gpu_spec_models(str(spec)),
         )
-        for name, arrival, duration, gpus, milli, q in zip(
+        for name, arrival, duration, gpus, milli, q, spec in zip(
             gpu_pods["name"],
             gpu_pods["creation_time"],
             durations,
             gpu_pods["num_gpu"],
             gpu_pods["gpu_milli"],
             qos,
+            specs,
             strict=True,
         )
     )
+    constrained = sum(1 for p in pods if p.models)
+    if constrained:
+        notes.append(f"{constrained} pods name the GPU models they may run on (gpu_spec)")
     if not pods:
         raise TraceError(f"{path}: no pod requests a GPU")
     return PodTrace(tuple(sorted(pods, key=lambda p: (p.arrival_s, p.name))), tuple(notes))
+
+
+def gpu_spec_models(spec: str) -> tuple[str, ...]:
+    """The model names of a ``gpu_spec`` cell (``V100M16|V100M32``), sorted, each once; () for none."""
+    return tuple(sorted({part.strip() for part in spec.split("|") if part.strip()}))
 
 
 def _borrow_times(frame: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
@@ -160,3 +187,10 @@ def spread_sample(nodes: list[TraceNode], share: float) -> list[TraceNode]:
         raise TraceError(f"node share must be in (0, 1], got {share}")
     picked = [n for i, n in enumerate(nodes) if evenly_picked(i, share)]
     return picked or nodes[:1]
+
+
+def spread_count(nodes: list[TraceNode], count: int) -> list[TraceNode]:
+    """``count`` nodes evenly spread over the list (the ``k``-th pick is where ``k / count`` of it is passed)."""
+    if not 1 <= count <= len(nodes):
+        raise TraceError(f"cannot pick {count} of {len(nodes)} nodes")
+    return [nodes[math.ceil(k * len(nodes) / count) - 1] for k in range(1, count + 1)]

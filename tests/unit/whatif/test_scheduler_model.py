@@ -1,7 +1,7 @@
 """The backtest's scheduler model on tiny hand-made traces, every expected figure computed by hand.
 
-Nodes have one A100-80GB GPU unless said otherwise; a reconfiguration takes 100 s; the window is fixed at
-0-20,000 s so no figure depends on where the trace ends.
+Nodes have one GPU, modelled as an A100-80GB, unless said otherwise; a reconfiguration takes 100 s and an
+eviction costs no run time; the window is fixed at 0-20,000 s so no figure depends on where the trace ends.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from slicewise.whatif.trace import TraceNode, TracePod
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("A100-80GB")
-CONFIG = BacktestConfig(reconfigure_s=100.0, price_per_gpu_hour=2.0)
+CONFIG = BacktestConfig(
+    gpu_model="A100-80GB", reconfigure_s=100.0, eviction_cost_s=0.0, price_per_gpu_hour=2.0
+)
 END = 20_000.0
 ONE_GPU = [TraceNode("n1", 1, "T4")]
 
@@ -40,9 +42,9 @@ SMALL = [pod("a", 0, 7200, 0.2), pod("b", 10, 5000, 0.2), pod("c", 10, 5000, 0.2
 def test_without_sharing_pods_queue_for_the_whole_gpu() -> None:
     result = replay("static", SMALL)
     # a: 0-7200; b: 7200-12200 (waited 7190 s); c: 12200-17200 (waited 12190 s).
-    assert result.pending_mean_s == pytest.approx((0 + 7190 + 12190) / 3)
+    assert result.wait_mean_s == pytest.approx((0 + 7190 + 12190) / 3)
     assert result.gpu_utilisation == pytest.approx(0.2)  # one 0.2 pod on the one busy GPU at any time
-    assert result.gpu_hours == pytest.approx(17_200 / 3600)
+    assert result.node_gpu_hours == pytest.approx(17_200 / 3600)
     assert result.cost == pytest.approx(2.0 * 17_200 / 3600)
     assert (result.pods_evicted, result.still_waiting, result.reconfigs_per_node_hour) == (0, 0, 0.0)
 
@@ -55,11 +57,11 @@ def test_the_queue_drains_after_an_mps_split_that_evicts_the_running_pod() -> No
     # run to 8700. Later hours keep mps-3 (shrinking without overload gains nothing).
     assert result.pods_evicted == 1
     assert result.reconfigs_per_node_hour == pytest.approx(1 / (END / 3600))
-    assert result.pending_mean_s == pytest.approx((100 + 3690 + 3690) / 3)
+    assert result.wait_mean_s == pytest.approx((100 + 3690 + 3690) / 3)
     work = 0.2 * 7200 + 2 * 0.2 * 5000
     busy = 3600 + 5000  # 0-3600 and 3700-8700
     assert result.gpu_utilisation == pytest.approx(work / busy)
-    assert result.gpu_hours == pytest.approx(busy / 3600)
+    assert result.node_gpu_hours == pytest.approx(busy / 3600)
 
 
 def test_the_queue_drains_after_a_mig_change_without_evicting_anyone() -> None:
@@ -67,13 +69,13 @@ def test_the_queue_drains_after_a_mig_change_without_evicting_anyone() -> None:
     # 2 x 3g (hosts 6/7 of a GPU, strands 1/7): the node is back at 3700 s and both start.
     pods = [pod("p", 0, 3000, 0.4), pod("q", 0, 3000, 0.4)]
     result = replay("reactive", pods, start_as=("all-1g.10gb", "default"))
-    assert result.pending_mean_s == pytest.approx(3700)
+    assert result.wait_mean_s == pytest.approx(3700)
     assert result.pods_evicted == 0
     assert result.reconfigs_per_node_hour == pytest.approx(1 / (END / 3600))
     assert result.gpu_utilisation == pytest.approx(0.8)  # 0.4 + 0.4 on the one GPU
-    # Without the planner they never start: counted as waiting until the end of the window.
+    # Without the planner they never start: after the window the replay waits for them until the drain cap.
     fixed = replay("static-mig", pods, start_as=("all-1g.10gb", "default"))
-    assert fixed.still_waiting == 2 and fixed.pending_mean_s == pytest.approx(END)
+    assert fixed.still_waiting == 2 and fixed.wait_mean_s == pytest.approx(END + CONFIG.drain_cap_s)
 
 
 def test_fragmentation_is_the_free_capacity_a_request_of_the_workload_cannot_use() -> None:

@@ -1,0 +1,367 @@
+"""``ideal``: the bound every policy is measured against — fractional sharing on every GPU, repacked for free.
+
+What no real cluster has, all at once:
+
+- **any request on any GPU with room**: a GPU is a capacity of 1; a one-GPU request of share *s* fits a GPU with
+  *s* left, whatever its model (MIG or not), with no slice sizes, replica counts or layouts;
+- **free repacking**: at every event the running pods are placed anew (live migration at no cost), so the
+  fleet is always as consolidated as the packer can make it and a pod waits only when the packer finds no
+  room for it beside the pods ahead of it;
+- **arrival order at no cost**: the pods that arrived first have the GPUs. When a pod leaves, the pods present
+  are admitted again in arrival order; a later pod that no longer fits is suspended at no cost (its wait
+  resumes) and goes on later where it left off. Without this, a small pod that arrived late could hold the
+  room an earlier whole-GPU pod is waiting for, and the "bound" would lose to ``static``;
+- **no guard rails, no reconfiguration time, no evictions.**
+
+What stays physical: a whole-GPU request (one or more GPUs) needs that many GPUs with nothing else on them, on
+one node; a pod's ``gpu_spec`` models.
+
+The packer, :class:`Packing`: pods placed largest first (whole GPUs, then by share), each on the node in use
+where it fits tightest (best fit on the GPU), else on the smallest free node that can hold it (so small loads
+do not keep large nodes busy). Packing is NP-hard; this greedy is what "ideal" means here, and the property
+test (``tests/unit/whatif/test_ideal.py``) checks that it is never worse than any policy on random small traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from slicewise.catalog import Catalog
+from slicewise.whatif.engine import HOUR_S, BacktestConfig
+from slicewise.whatif.fleet import EPS, WHOLE, Request
+from slicewise.whatif.metrics import Meter, PolicyResult
+from slicewise.whatif.policies import IDEAL
+from slicewise.whatif.trace import TraceNode, TracePod
+
+DEPART, ARRIVE = 0, 1
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    index: int
+    name: str
+    kind: str
+    gpus: int
+    price: float
+
+
+class _Open:
+    """A node in use: what is left of each GPU and which pods sit where."""
+
+    __slots__ = ("free", "pods", "spec")
+
+    def __init__(self, spec: NodeSpec):
+        self.spec = spec
+        self.free = [WHOLE] * spec.gpus
+        self.pods: dict[int, tuple[tuple[int, ...], float]] = {}
+
+    def fit(self, request: Request) -> tuple[int, ...] | None:
+        if request.fractional:
+            best = -1
+            for gpu, left in enumerate(self.free):
+                if left >= request.share - EPS and (best < 0 or left < self.free[best]):
+                    best = gpu
+            return None if best < 0 else (best,)
+        whole = [gpu for gpu, left in enumerate(self.free) if left >= WHOLE - EPS]
+        return tuple(whole[: request.gpus]) if len(whole) >= request.gpus else None
+
+    def slack(self, request: Request, gpus: tuple[int, ...]) -> float:
+        """How much room is left where the request would go (best fit: the least)."""
+        if request.fractional:
+            return self.free[gpus[0]] - request.share
+        return sum(1 for left in self.free if left >= WHOLE - EPS) - request.gpus
+
+
+Buckets = list[tuple[int, list[int]]]  # (GPUs per node, the node indices of that size), smallest first
+
+
+class Packing:
+    """Pods on nodes, each node in use an :class:`_Open`; nodes not in use hold nothing."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets]):
+        self.nodes = nodes
+        self.by_size = by_size  # eligible nodes by size, per gpu_spec (shared between packings, read-only)
+        self.open: dict[int, _Open] = {}
+        self.where: dict[int, int] = {}  # pod -> node index
+
+    def buckets(self, models: tuple[str, ...]) -> Buckets:
+        found = self.by_size.get(models)
+        if found is None:
+            sizes: dict[int, list[int]] = {}
+            for node in self.nodes:
+                if not models or node.kind in models:
+                    sizes.setdefault(node.gpus, []).append(node.index)
+            found = sorted(sizes.items())
+            self.by_size[models] = found
+        return found
+
+    def _free_node(self, models: tuple[str, ...], at_least: int, room_for: float) -> int | None:
+        """A node not in use for a request of ``at_least`` GPUs: the smallest that also holds ``room_for``
+        GPUs of demand still to place, else the largest there is."""
+        free = [
+            (size, next((i for i in nodes if i not in self.open), None))
+            for size, nodes in self.buckets(models)
+        ]
+        sizes = [(size, index) for size, index in free if index is not None and size >= at_least]
+        if not sizes:
+            return None
+        roomy = [index for size, index in sizes if size >= room_for - EPS]
+        return roomy[0] if roomy else sizes[-1][1]
+
+    def add(self, pod: int, request: Request, room_for: float = 0.0) -> bool:
+        """Place a pod: on the node in use where it fits tightest, else on a free node (see ``_free_node``)."""
+        best: tuple[float, int, tuple[int, ...]] | None = None
+        for index, node in self.open.items():
+            if request.models and node.spec.kind not in request.models:
+                continue
+            gpus = node.fit(request)
+            if gpus is not None:
+                key = (node.slack(request, gpus), index, gpus)
+                if best is None or key[:2] < best[:2]:
+                    best = key
+        if best is None:
+            free = self._free_node(request.models, request.gpus, room_for)
+            if free is None:
+                return False
+            self.open[free] = _Open(self.nodes[free])
+            gpus = self.open[free].fit(request)
+            assert gpus is not None
+            best = (0.0, free, gpus)
+        _, index, gpus = best
+        node = self.open[index]
+        for gpu in gpus:
+            node.free[gpu] -= request.share
+        node.pods[pod] = (gpus, request.share)
+        self.where[pod] = index
+        return True
+
+    def remove(self, pod: int) -> None:
+        index = self.where.pop(pod)
+        node = self.open[index]
+        gpus, share = node.pods.pop(pod)
+        for gpu in gpus:
+            node.free[gpu] = min(WHOLE, node.free[gpu] + share)
+        if not node.pods:
+            del self.open[index]
+
+    def node_gpus(self) -> int:
+        return sum(node.spec.gpus for node in self.open.values())
+
+    def busy_gpus(self) -> int:
+        return sum(sum(1 for left in node.free if left < WHOLE - EPS) for node in self.open.values())
+
+    def cost_rate(self) -> float:
+        return sum(node.spec.gpus * node.spec.price for node in self.open.values())
+
+
+def pack(
+    nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets], pods: Iterable[tuple[int, Request]]
+) -> Packing | None:
+    """A fresh packing of ``pods``, largest first; None when the packer finds no room for one of them.
+
+    Two ways of choosing a free node are tried and the packing on fewer node-GPUs kept: the smallest node that
+    holds the pod, and the smallest that holds all the demand still to place (so three whole-GPU pods go to
+    one 4-GPU node, not to a 2-GPU node and then the 4-GPU one)."""
+    items = sorted(pods, key=lambda item: (-item[1].gpus, -item[1].share, item[0]))
+    best: Packing | None = None
+    for look_ahead in (False, True):
+        packing = Packing(nodes, by_size)
+        left = sum(request.gpus * request.share for _, request in items)
+        for pod, request in items:
+            if not packing.add(pod, request, math.ceil(left - EPS) if look_ahead else 0.0):
+                break
+            left -= request.gpus * request.share
+        else:
+            if best is None or packing.node_gpus() < best.node_gpus():
+                best = packing
+    return best
+
+
+class _State:
+    """What the meter reads: the current packing's figures, refreshed after every change."""
+
+    def __init__(self, total_gpus: int):
+        self.total_gpus = total_gpus
+        self.work = 0.0
+        self.busy_gpus = self.busy_node_gpus = 0
+        self.busy_cost_rate = 0.0
+
+    @property
+    def releasable_gpus(self) -> int:
+        return self.total_gpus - self.busy_node_gpus
+
+    def refresh(self, packing: Packing, work: float) -> None:
+        self.work = work
+        self.busy_gpus = packing.busy_gpus()
+        self.busy_node_gpus = packing.node_gpus()
+        self.busy_cost_rate = packing.cost_rate()
+
+
+class IdealReplay:
+    """The ``ideal`` bound over a trace: same pods, nodes, window and drain as :class:`~.engine.Replay`."""
+
+    def __init__(
+        self,
+        pods: tuple[TracePod, ...],
+        nodes: list[TraceNode],
+        catalog: Catalog,
+        config: BacktestConfig,
+        window: tuple[float, float],
+    ):
+        self.pods, self.config = pods, config
+        self.start, self.end = window
+        models = config.fleet_models(nodes, catalog)
+        self.nodes = [
+            NodeSpec(i, n.name, n.model, n.gpus, config.price(models.of(n.model)))
+            for i, n in enumerate(nodes)
+        ]
+        self.by_size: dict[tuple[str, ...], Buckets] = {}
+        self.packing = Packing(self.nodes, self.by_size)
+        self.requests = [Request(p.gpus, p.share, p.models) for p in pods]
+        self.classes = np.array([p.size_class for p in pods])
+        count = len(pods)
+        self.remaining = np.array([p.duration_s for p in pods])
+        self.waiting_since = np.full(count, np.nan)
+        self.waited = np.zeros(count)
+        self.started_at = np.full(count, np.nan)
+        self.epoch = np.zeros(count, dtype=np.int64)
+        self.running: set[int] = set()
+        self.waiting: list[int] = []  # in arrival order (pod ids are sorted by arrival)
+        self.events: list[tuple[float, int, int, int]] = []
+        self.state = _State(sum(n.gpus for n in nodes))
+        self.meter = Meter(self.start, len(nodes))
+        self.work = 0.0
+        self.suspensions = 0
+
+    def run(self) -> PolicyResult:
+        for pod_id, pod in enumerate(self.pods):
+            if self.start <= pod.arrival_s < self.end:
+                heapq.heappush(self.events, (pod.arrival_s, ARRIVE, pod_id, 0))
+        horizon = self.end + self.config.drain_cap_s
+        hour = 0
+        last_event = self.start
+        while True:
+            tick = min(self.start + hour * HOUR_S, horizon)
+            while self.events and self.events[0][0] < tick:
+                when, kind, pod_id, epoch = heapq.heappop(self.events)
+                self.meter.advance(when, self.state, len(self.waiting))
+                last_event = when
+                if kind == ARRIVE:
+                    self._arrive(pod_id, when)
+                    continue
+                # Every pod leaving at this instant leaves before anyone is admitted again.
+                leaving = [pod_id] if epoch == self.epoch[pod_id] else []
+                while self.events and self.events[0][:2] == (when, DEPART):
+                    _, _, other, other_epoch = heapq.heappop(self.events)
+                    if other_epoch == self.epoch[other]:
+                        leaving.append(other)
+                if leaving:
+                    self._depart(leaving, when)
+            if tick >= horizon or (tick >= self.end and not self.waiting and not self.running):
+                stop = tick if tick >= horizon else max(self.end, last_event)
+                break
+            self.meter.advance(tick, self.state, len(self.waiting))
+            self.meter.close_hour(tick)
+            hour += 1
+        self.meter.advance(stop, self.state, len(self.waiting))
+        self.meter.close_hour(stop)
+        for pod_id in self.waiting:
+            self.waited[pod_id] += stop - self.waiting_since[pod_id]
+        arrived = np.array([self.start <= p.arrival_s < self.end for p in self.pods], dtype=bool)
+        result = self.meter.result(
+            IDEAL, self.waited[arrived], self.classes[arrived], len(self.waiting), self.state
+        )
+        # Free repacking leaves no fragmentation to measure; suspensions are free, so no pod is evicted.
+        return dataclasses.replace(result, fragmentation=None)
+
+    # -- events ----------------------------------------------------------------------------------------
+    def _arrive(self, pod_id: int, when: float) -> None:
+        self.waiting_since[pod_id] = when
+        request = self.requests[pod_id]
+        in_use = self.packing.node_gpus()
+        if self.packing.add(pod_id, request):
+            self._start(pod_id, when)
+            if self.packing.node_gpus() > in_use:  # it took a node of its own: could all fit on fewer?
+                self._consolidate()
+        else:
+            repacked = pack(self.nodes, self.by_size, [*self._running_requests(), (pod_id, request)])
+            if repacked is not None:
+                self.packing = repacked
+                self._start(pod_id, when)
+            else:
+                self.waiting.append(pod_id)  # the latest arrival: it goes last
+        self.state.refresh(self.packing, self.work)
+
+    def _consolidate(self) -> None:
+        """Free repacking: place the running pods anew when that needs fewer node-GPUs."""
+        repacked = pack(self.nodes, self.by_size, self._running_requests())
+        if repacked is not None and repacked.node_gpus() < self.packing.node_gpus():
+            self.packing = repacked
+
+    def _depart(self, pod_ids: list[int], when: float) -> None:
+        for pod_id in pod_ids:
+            self.packing.remove(pod_id)
+            self.running.discard(pod_id)
+            self.work -= self.pods[pod_id].gpus * self.pods[pod_id].share
+        if self.waiting:
+            self._admit_in_arrival_order(when)
+        else:
+            self._consolidate()
+        self.state.refresh(self.packing, self.work)
+
+    def _admit_in_arrival_order(self, when: float) -> None:
+        present = sorted([*self.running, *self.waiting])
+        admitted: list[tuple[int, Request]] = []
+        packing = Packing(self.nodes, self.by_size)
+        failed: set[Request] = set()
+        for pod_id in present:
+            request = self.requests[pod_id]
+            if request in failed:
+                continue
+            if not packing.add(pod_id, request):
+                repacked = pack(self.nodes, self.by_size, [*admitted, (pod_id, request)])
+                if repacked is None:
+                    failed.add(request)
+                    continue
+                packing = repacked
+            admitted.append((pod_id, request))
+        keep = {pod_id for pod_id, _ in admitted}
+        for pod_id in sorted(self.running - keep):
+            self._suspend(pod_id, when)
+        self.waiting = [pod_id for pod_id in self.waiting if pod_id not in keep]
+        for pod_id in sorted(keep - self.running):
+            self._start(pod_id, when)
+        consolidated = pack(self.nodes, self.by_size, admitted)
+        self.packing = (
+            consolidated
+            if consolidated is not None and consolidated.node_gpus() < packing.node_gpus()
+            else packing
+        )
+
+    def _running_requests(self) -> list[tuple[int, Request]]:
+        return [(pod_id, self.requests[pod_id]) for pod_id in self.running]
+
+    def _start(self, pod_id: int, when: float) -> None:
+        waited = when - self.waiting_since[pod_id]
+        self.waited[pod_id] += waited
+        self.meter.started(waited)
+        self.started_at[pod_id] = when
+        self.running.add(pod_id)
+        self.work += self.pods[pod_id].gpus * self.pods[pod_id].share
+        heapq.heappush(self.events, (when + self.remaining[pod_id], DEPART, pod_id, int(self.epoch[pod_id])))
+
+    def _suspend(self, pod_id: int, when: float) -> None:
+        self.remaining[pod_id] = max(0.0, self.remaining[pod_id] - (when - self.started_at[pod_id]))
+        self.epoch[pod_id] += 1
+        self.running.discard(pod_id)
+        self.work -= self.pods[pod_id].gpus * self.pods[pod_id].share
+        self.waiting_since[pod_id] = when
+        self.waiting.append(pod_id)
+        self.waiting.sort()
+        self.suspensions += 1

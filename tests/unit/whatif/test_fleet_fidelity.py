@@ -1,0 +1,185 @@
+"""The backtest's fleet as the node list describes it, its scheduler models, and what it charges: every expected
+figure computed by hand on tiny traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slicewise.catalog import CatalogError, load_catalog
+from slicewise.whatif.engine import BacktestConfig, Replay
+from slicewise.whatif.gpus import UNNAMED, parse_model_map, resolve_models
+from slicewise.whatif.metrics import PolicyResult
+from slicewise.whatif.policies import POLICIES
+from slicewise.whatif.trace import FRACTIONAL, MULTI_GPU, ONE_GPU, TraceNode, TracePod, load_pods
+
+CATALOG = load_catalog()
+NO_COSTS = BacktestConfig(eviction_cost_s=0.0)
+
+
+def pod(
+    name: str, arrival: float, duration: float, share: float, gpus: int = 1, models: str = ""
+) -> TracePod:
+    return TracePod(name, arrival, duration, gpus, share, "LS", tuple(models.split("|")) if models else ())
+
+
+def replay(
+    policy: str,
+    pods: list[TracePod],
+    nodes: list[TraceNode],
+    end: float,
+    config: BacktestConfig = NO_COSTS,
+    start_as: list[tuple[str, str]] | None = None,
+) -> PolicyResult:
+    return Replay(POLICIES[policy], tuple(pods), nodes, CATALOG, config, (0.0, end), start_as).run()
+
+
+# --- GPU models from the node list ------------------------------------------------------------------------------
+
+
+def test_node_list_names_map_to_catalogue_models_and_unknown_ones_are_assumed_without_mig() -> None:
+    models = resolve_models(["T4", "V100M32", "G2", "NVIDIA A100-SXM4-80GB", "A30-24GB"], CATALOG)
+    assert {name: m.name for name, m in models.by_name.items()} == {
+        "T4": "T4-16GB",
+        "V100M32": "V100-32GB",
+        "G2": UNNAMED,
+        "NVIDIA A100-SXM4-80GB": "A100-80GB",  # a DCGM model name, as --prometheus reads nodes
+        "A30-24GB": "A30-24GB",
+    }
+    assert models.assumed == ("G2",)
+    assert "G2: not a known model, assumed to be a GPU without MIG" in models.notes()[1]
+    mapped = resolve_models(["T4", "G2"], CATALOG, mapping=parse_model_map(["G2=A100-80GB"]))
+    assert mapped.of("G2").name == "A100-80GB" and mapped.assumed == ()
+    everything = resolve_models(["T4", "G2"], CATALOG, override="H100-80GB")
+    assert {m.name for m in everything.by_name.values()} == {"H100-80GB"}
+    with pytest.raises(CatalogError, match="unknown GPU model 'B200'"):
+        resolve_models(["T4"], CATALOG, mapping={"T4": "B200"})
+    with pytest.raises(ValueError, match="NAME=MODEL"):
+        parse_model_map(["G2"])
+
+
+def test_a_node_without_mig_stays_whole_gpus_under_every_policy() -> None:
+    nodes = [TraceNode("t4", 2, "T4"), TraceNode("a100", 2, "A100M80")]
+    config = BacktestConfig(model_map={"A100M80": "A100-80GB"})
+    fleet = Replay(
+        POLICIES["static-mig"], (pod("p", 0, 10, 0.2),), nodes, CATALOG, config, (0.0, 100.0)
+    ).fleet
+    assert [(n.name, n.model.name, n.mig_config) for n in fleet.nodes] == [
+        ("t4", "T4-16GB", "all-disabled"),
+        ("a100", "A100-80GB", "all-balanced"),
+    ]
+
+
+def test_gpu_spec_is_read_from_the_pod_list(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(
+        "name,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        "a,1,1000,V100M32|V100M16|V100M32,0,100\nb,1,500,,0,100\n"
+    )
+    by_name = {p.name: p for p in load_pods(path).pods}
+    assert by_name["a"].models == ("V100M16", "V100M32") and by_name["b"].models == ()
+    assert (by_name["a"].size_class, by_name["b"].size_class) == (ONE_GPU, FRACTIONAL)
+
+
+def test_a_pod_that_names_one_gpu_model_waits_for_it_while_other_gpus_are_free() -> None:
+    # a: one T4; b: one V100-32GB. Both pods may run only on the V100: p1 waits for p0 although a is free.
+    nodes = [TraceNode("a", 1, "T4"), TraceNode("b", 1, "V100M32")]
+    pods = [pod("p0", 0, 100, 1.0, models="V100M32"), pod("p1", 10, 100, 1.0, models="V100M32")]
+    result = replay("static", pods, nodes, end=1000)
+    assert result.wait_mean_s == pytest.approx((0 + 90) / 2)  # p1: 10 -> 100
+    assert result.node_gpu_hours == pytest.approx(200 / 3600)  # b busy 0-200, a never
+    # a is releasable all the time, b after 200 s: (1000 + 800) / 1000 GPUs on average.
+    assert result.gpus_releasable == pytest.approx(1.8)
+    free = replay("static", [pod("p0", 0, 100, 1.0), pod("p1", 10, 100, 1.0)], nodes, end=1000)
+    assert free.wait_mean_s == 0  # without the spec p1 takes a at once
+
+
+# --- scheduler models -------------------------------------------------------------------------------------------
+
+TWO_NODES = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
+# Two one-GPU pods, then a pod that needs both GPUs of one node.
+THREE = [pod("p0", 0, 1000, 1.0), pod("p1", 10, 1000, 1.0), pod("p2", 20, 100, 1.0, gpus=2)]
+
+
+@pytest.mark.parametrize("scheduler", ["first-fit", "binpack"])
+def test_bin_packing_keeps_a_node_whole_for_the_two_gpu_pod(scheduler: str) -> None:
+    # p0 -> n1 (a tie: name order); p1 -> n1 (MostAllocated: n1 would be full, n2 half; first fit: n1 has
+    # room); p2 -> n2 at once.
+    config = BacktestConfig(scheduler=scheduler, eviction_cost_s=0.0)
+    result = replay("static", THREE, TWO_NODES, end=2000, config=config)
+    assert result.wait_mean_s == 0
+    assert result.node_gpu_hours == pytest.approx((2 * 1010 + 2 * 100) / 3600)  # n1 0-1010, n2 20-120
+
+
+def test_spreading_splits_the_one_gpu_pods_and_the_two_gpu_pod_waits() -> None:
+    # p0 -> n1 (tie); p1 -> n2 (LeastAllocated: n2 would be half full, n1 full); p2 finds no node with two
+    # free GPUs until p0 leaves n1 at 1000, and runs 1000-1100.
+    config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0)
+    result = replay("static", THREE, TWO_NODES, end=2000, config=config)
+    assert result.wait_mean_s == pytest.approx(980 / 3)
+    assert result.wait_by_class[MULTI_GPU].mean_s == pytest.approx(980)
+    assert result.node_gpu_hours == pytest.approx((2 * 1100 + 2 * 1000) / 3600)  # n1 0-1100, n2 10-1010
+
+
+def test_an_unknown_scheduler_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown scheduler 'random'"):
+        replay("static", THREE, TWO_NODES, end=10, config=BacktestConfig(scheduler="random"))
+
+
+# --- what a replay charges --------------------------------------------------------------------------------------
+
+
+def test_waits_are_reported_per_size_class_and_idle_nodes_as_releasable() -> None:
+    # n1 takes f (half a GPU) and w (one GPU), n2 the 2-GPU pod m; m2 (2 GPUs) arrives at 50 and starts on n1
+    # at 100, when f and w have left.
+    pods = [
+        pod("f", 0, 100, 0.5),
+        pod("w", 0, 100, 1.0),
+        pod("m", 0, 100, 1.0, 2),
+        pod("m2", 50, 100, 1.0, 2),
+    ]
+    result = replay("static", pods, TWO_NODES, end=200)
+    assert result.wait_mean_s == pytest.approx(50 / 4)
+    assert {c: (w.pods, w.mean_s) for c, w in result.wait_by_class.items()} == {
+        FRACTIONAL: (1, 0.0),
+        ONE_GPU: (1, 0.0),
+        MULTI_GPU: (2, 25.0),
+    }
+    assert result.wait_over_5min == 0
+    assert result.gpus_releasable == pytest.approx((0 * 100 + 2 * 100) / 200)  # n2 idle from 100 to 200
+
+
+def test_pods_left_at_the_windows_end_are_served_and_charged_after_it() -> None:
+    one = [TraceNode("n1", 1, "T4")]
+    pods = [pod("p0", 0, 800, 1.0), pod("p1", 100, 500, 1.0)]  # p1 waits 700 s and runs 800-1300
+    served = replay("static", pods, one, end=1000)
+    assert (served.end_s, served.still_waiting) == (1300, 0)
+    assert served.node_gpu_hours == pytest.approx(1300 / 3600)
+    assert served.wait_mean_s == pytest.approx(700 / 2)
+    cut = replay("static", pods, one, end=1000, config=BacktestConfig(eviction_cost_s=0.0, drain_cap_s=0.0))
+    assert cut.node_gpu_hours == pytest.approx(1000 / 3600)  # what the old window-bound figure undercounted
+
+
+def test_an_evicted_pod_loses_the_eviction_cost_in_run_time() -> None:
+    # As in test_scheduler_model's MPS split: at 3600 s reactive gives the A100 three MPS tenants, evicting a
+    # (0.2 GPU, 7200 s, 3600 s done); the node is back at 3700 s. b and c (3000 s each) end at 6700 s; a's
+    # last 3600 s end at 7300 s, or 7400 s when an eviction costs 100 s.
+    pods = [pod("a", 0, 7200, 0.2), pod("b", 10, 3000, 0.2), pod("c", 10, 3000, 0.2)]
+    one = [TraceNode("n1", 1, "A100")]
+    start = [("all-disabled", "default")]
+    for cost, end_of_a in ((0.0, 7300), (100.0, 7400)):
+        config = BacktestConfig(gpu_model="A100-80GB", reconfigure_s=100.0, eviction_cost_s=cost)
+        result = replay("reactive", pods, one, end=20_000, config=config, start_as=start)
+        assert result.pods_evicted == 1
+        assert result.wait_mean_s == pytest.approx((100 + 3690 + 3690) / 3)
+        assert result.node_gpu_hours == pytest.approx((3600 + end_of_a - 3700) / 3600)
+
+
+def test_cost_prices_each_node_at_its_models_price() -> None:
+    nodes = [TraceNode("a", 1, "T4"), TraceNode("b", 2, "V100M32")]
+    pods = [pod("p0", 0, 3600, 1.0, models="T4"), pod("p1", 0, 3600, 1.0, models="V100M32")]
+    config = BacktestConfig(price_per_gpu_hour=1.0, prices={"V100-32GB": 3.0})
+    result = replay("static", pods, nodes, end=3600, config=config)
+    assert result.node_gpu_hours == pytest.approx(3.0)  # a's one GPU and b's two, for an hour
+    assert result.cost == pytest.approx(1 * 1.0 + 2 * 3.0)
