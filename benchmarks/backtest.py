@@ -1,24 +1,41 @@
-"""Benchmark: the what-if backtest on the real Alibaba openb traces; prints wall time per policy and peak memory.
+"""Benchmark: the what-if backtest on the real Alibaba openb traces, against the ``ideal`` bound.
 
-    .venv/bin/python benchmarks/backtest.py [--trace default] [--node-share 1.0] [--policies static,packing]
+    .venv/bin/python benchmarks/backtest.py                      # the table (issue 13's yardstick), ~10 min
+    .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1.0] [--policies ...]
 
-Each policy runs alone in this process (one core), so the figures add up to what ``slicewise backtest`` spends
-over its workers. Reads the traces from ../shared/data/traces (exits 0 with a message when they are absent).
-Asserts nothing.
+The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspec10``, a node share at which
+``static`` makes pods wait 10 minutes or more on average (``SAMPLES``: the cluster must be short of GPUs for
+partitioning to matter; the benchmark says so when a sample no longer qualifies; gpushare100's is the 26-GPU
+sample of issue 13's reference figures), then every headline figure of static, packing, reactive, oracle and
+ideal on three fleets of that sample:
+
+- ``as listed``: each node's GPU model from the node list (none of them has MIG), as production plans it: the
+  planner leaves GPUs without MIG alone;
+- ``MPS on GPUs without MIG``: the same fleet, the planner sharing those GPUs by MPS (``--share-gpus-without-mig``);
+- ``as A100-80GB``: every GPU modelled as an A100-80GB (``--gpu-model A100-80GB``), the MIG what-if.
+
+``--timing``: wall time per policy (each alone in this process) and peak memory, on the full trace by default.
+Reads the traces from ../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
+from slicewise.costs.pricing import load_prices
 from slicewise.whatif.engine import BacktestConfig
-from slicewise.whatif.policies import POLICIES, parse_policies
-from slicewise.whatif.run import replay
-from slicewise.whatif.trace import load_nodes, load_pods, spread_sample
+from slicewise.whatif.policies import parse_policies
+from slicewise.whatif.report import format_table
+from slicewise.whatif.run import Backtest, replay
+from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+SAMPLES = {"gpushare20": 0.01, "gpushare100": 0.004, "default": 0.01, "gpuspec10": 0.02}
+POLICIES = "static,packing,reactive,oracle,ideal"
+LONG_WAIT_S = 600.0
 
 
 def peak_rss_mib() -> float:
@@ -28,33 +45,140 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--trace", default="default", help="openb pod list variant (default, gpushare100, ...)"
+def priced() -> BacktestConfig:
+    prices = load_prices()
+    return BacktestConfig(
+        price_per_gpu_hour=prices.default_price,
+        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
     )
-    parser.add_argument("--node-share", type=float, default=1.0)
-    parser.add_argument("--policies", default=",".join(POLICIES))
-    args = parser.parse_args()
-    pods_file = TRACES / f"alibaba_v2023_openb_pod_list_{args.trace}.csv"
-    if not pods_file.exists():
-        print(f"traces absent: {pods_file} (they live in ../shared/data/traces); nothing measured")
-        return 0
+
+
+def fleets(base: BacktestConfig) -> dict[str, BacktestConfig]:
+    sharing = dataclasses.replace(base.planner, plan_gpus_without_mig=True)
+    return {
+        "as listed": base,
+        "MPS on GPUs without MIG": dataclasses.replace(base, planner=sharing),
+        "as A100-80GB": dataclasses.replace(base, gpu_model="A100-80GB"),
+    }
+
+
+def table(backtest: Backtest) -> str:
+    gains = backtest.gains()
+    lines = [
+        [
+            "policy",
+            "node-GPU-h",
+            "cut (to ideal)",
+            "wait mean s",
+            "cut (to ideal)",
+            "P95 s",
+            "> 5 min",
+            "mean s frac/1/multi",
+            "releasable",
+            "reconf/node/h",
+            "evicted",
+            "util",
+            "cost $",
+            "unserved",
+            "s",
+        ]
+    ]
+    for name, r in backtest.results.items():
+        g = gains[name]
+        by_class = " / ".join(
+            f"{r.wait_by_class[c].mean_s:,.0f}" if c in r.wait_by_class else "-"
+            for c in ("fractional", "1 GPU", "multi-GPU")
+        )
+        lines.append(
+            [
+                name,
+                f"{r.node_gpu_hours:,.0f}",
+                _cut(g["node_gpu_hours_cut_vs_static"], g["node_gpu_hours_cut_share_of_ideal"]),
+                f"{r.wait_mean_s:,.0f}",
+                _cut(g["wait_cut_vs_static"], g["wait_cut_share_of_ideal"]),
+                f"{r.wait_p95_s:,.0f}",
+                f"{r.wait_over_5min:.1%}",
+                by_class,
+                f"{r.gpus_releasable:,.1f}",
+                f"{r.reconfigs_per_node_hour:.4f}",
+                f"{r.pods_evicted:,}",
+                f"{r.gpu_utilisation:.1%}",
+                f"{r.cost:,.0f}",
+                f"{r.still_waiting:,}",
+                f"{SECONDS[name]:.0f}",
+            ]
+        )
+    return format_table(lines)
+
+
+def _cut(cut: float | None, share: float | None) -> str:
+    if cut is None:
+        return "n/a"
+    return f"{-cut:+.1%}" + ("" if share is None else f" ({share:.0%})")
+
+
+SECONDS: dict[str, float] = {}
+
+
+def the_table() -> None:
+    nodes = load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv")
+    policies = parse_policies(POLICIES)
+    base = priced()
+    began = time.perf_counter()
+    for variant, share in SAMPLES.items():
+        sample = spread_sample(nodes, share)
+        trace = hostable_on(load_pods(TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"), sample)
+        window = (min(p.arrival_s for p in trace.pods), trace.end_s)
+        gpus = sum(n.gpus for n in sample)
+        print(f"\n# {variant}: {len(trace.pods):,} pods; {'; '.join(trace.notes)}")
+        for fleet, config in fleets(base).items():
+            results = {}
+            for policy in policies:
+                started = time.perf_counter()
+                results[policy.name] = replay(policy, trace, sample, config, window)
+                SECONDS[policy.name] = time.perf_counter() - started
+            backtest = Backtest(variant, "node list", trace, sample, config, window, results, 0.0)
+            print(f"\n## {variant}, --node-share {share} ({len(sample)} nodes, {gpus} GPUs), fleet {fleet}")
+            print(table(backtest))
+            if results["static"].wait_mean_s < LONG_WAIT_S:
+                print(f"(static waits under {LONG_WAIT_S:g} s on this sample: pick a smaller share)")
+    print(f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB")
+
+
+def timing(variant: str, node_share: float, names: str) -> None:
+    pods_file = TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"
     began = time.perf_counter()
     trace = load_pods(pods_file)
-    nodes = spread_sample(load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv"), args.node_share)
+    nodes = spread_sample(load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv"), node_share)
     print(
         f"read {len(trace.pods):,} GPU pods and {len(nodes):,} nodes in {time.perf_counter() - began:.2f} s"
     )
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
+    config = priced()
     print(f"{'policy':<11} {'seconds':>8} {'planner runs':>13} {'s/run':>7}")
-    for policy in parse_policies(args.policies):
+    for policy in parse_policies(names):
         began = time.perf_counter()
-        result = replay(policy, trace, nodes, BacktestConfig(), window)
+        result = replay(policy, trace, nodes, config, window)
         seconds = time.perf_counter() - began
-        per_run = seconds / result.planner_runs if result.planner_runs else float("nan")
-        print(f"{policy.name:<11} {seconds:>8.1f} {result.planner_runs:>13,} {per_run:>7.3f}")
+        per_run = f"{seconds / result.planner_runs:7.3f}" if result.planner_runs else ""
+        print(f"{policy.name:<11} {seconds:>8.1f} {result.planner_runs:>13,} {per_run}")
     print(f"peak memory of this process: {peak_rss_mib():.0f} MiB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--timing", action="store_true", help="time each policy instead of the table")
+    parser.add_argument("--trace", default="default", help="--timing: openb pod list variant")
+    parser.add_argument("--node-share", type=float, default=1.0, help="--timing: share of the nodes")
+    parser.add_argument("--policies", default="static,static-mig,reactive,packing,oracle,ideal")
+    args = parser.parse_args()
+    if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
+        print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
+        return 0
+    if args.timing:
+        timing(args.trace, args.node_share, args.policies)
+    else:
+        the_table()
     return 0
 
 

@@ -134,7 +134,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.gpus import parse_model_map
     from slicewise.whatif.policies import parse_policies
-    from slicewise.whatif.trace import load_nodes, load_pods, spread_sample
+    from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
     policies = parse_policies(args.policies)
     catalog = load_catalog()
@@ -153,6 +153,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     if args.size_for_wait is not None and args.size_for_wait < 0:
         raise ValueError("--size-for-wait must be >= 0 seconds")
     fleet = spread_sample(nodes, args.node_share)
+    # Sizing samples the fleet further: a pod is left out only when no node of the whole fleet fits it.
+    trace = hostable_on(trace, fleet)
     prices = load_prices()
     base = BacktestConfig()
     config = BacktestConfig(

@@ -16,7 +16,7 @@ import numpy as np
 
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.trace import PodTrace, TraceNode, TracePod
+from slicewise.whatif.trace import PodTrace, TraceNode, TracePod, hostable
 
 NEVER = 1e15  # seconds: a saturation pod never leaves
 DEFAULT_INTERVAL_S = 60.0
@@ -32,10 +32,6 @@ class Saturation:
 
     def allocated_share(self, result: PolicyResult) -> float:
         return result.allocated_at_end / self.gpus if self.gpus else 0.0
-
-
-def hostable(pod: TracePod, nodes: list[TraceNode]) -> bool:
-    return any(n.gpus >= pod.gpus and (not pod.models or n.model in pod.models) for n in nodes)
 
 
 def inflate(

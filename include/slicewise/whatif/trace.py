@@ -175,6 +175,24 @@ def load_nodes(path: Path) -> list[TraceNode]:
     return sorted(nodes, key=lambda n: n.name)
 
 
+def hostable(pod: TracePod, nodes: list[TraceNode]) -> bool:
+    """Whether some node has enough GPUs for the pod and is of a model its ``gpu_spec`` allows."""
+    return any(n.gpus >= pod.gpus and (not pod.models or n.model in pod.models) for n in nodes)
+
+
+def hostable_on(trace: PodTrace, nodes: list[TraceNode]) -> PodTrace:
+    """The pods some node of ``nodes`` could ever host; the others (a ``gpu_spec`` naming only models the fleet
+    lacks, more GPUs than its largest node) would wait forever under every policy and say nothing about any,
+    so they are left out, and a note says how many."""
+    kept = tuple(p for p in trace.pods if hostable(p, nodes))
+    if len(kept) == len(trace.pods):
+        return trace
+    if not kept:
+        raise TraceError("no pod of the trace fits a node of this fleet (GPU count or gpu_spec models)")
+    note = f"{len(trace.pods) - len(kept)} pods no node of this fleet can host (GPUs or gpu_spec) left out"
+    return PodTrace(kept, (*trace.notes, note))
+
+
 def evenly_picked(index: int, share: float) -> bool:
     """Whether item ``index`` of a list is among an evenly spread ``share`` of it (the running count of picked
     items steps up at it)."""

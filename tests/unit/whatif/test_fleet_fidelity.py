@@ -12,7 +12,17 @@ from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.gpus import UNNAMED, parse_model_map, resolve_models
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import POLICIES
-from slicewise.whatif.trace import FRACTIONAL, MULTI_GPU, ONE_GPU, TraceNode, TracePod, load_pods
+from slicewise.whatif.trace import (
+    FRACTIONAL,
+    MULTI_GPU,
+    ONE_GPU,
+    PodTrace,
+    TraceError,
+    TraceNode,
+    TracePod,
+    hostable_on,
+    load_pods,
+)
 
 CATALOG = load_catalog()
 NO_COSTS = BacktestConfig(eviction_cost_s=0.0)
@@ -183,3 +193,16 @@ def test_cost_prices_each_node_at_its_models_price() -> None:
     result = replay("static", pods, nodes, end=3600, config=config)
     assert result.node_gpu_hours == pytest.approx(3.0)  # a's one GPU and b's two, for an hour
     assert result.cost == pytest.approx(1 * 1.0 + 2 * 3.0)
+
+
+def test_pods_no_node_of_the_fleet_can_host_are_left_out_with_a_note() -> None:
+    nodes = [TraceNode("a", 2, "T4")]
+    trace = PodTrace(
+        (pod("t4", 0, 10, 0.5), pod("a10", 0, 10, 0.5, models="A10"), pod("big", 0, 10, 1.0, 8)), ()
+    )
+    kept = hostable_on(trace, nodes)
+    assert [p.name for p in kept.pods] == ["t4"]
+    assert kept.notes == ("2 pods no node of this fleet can host (GPUs or gpu_spec) left out",)
+    assert hostable_on(kept, nodes) is kept
+    with pytest.raises(TraceError, match="no pod of the trace fits"):
+        hostable_on(PodTrace(trace.pods[1:], ()), nodes)
