@@ -1,7 +1,7 @@
 """Benchmark: the what-if backtest on the real Alibaba openb traces, against the ``ideal`` bound.
 
-    .venv/bin/python benchmarks/backtest.py                      # the table (issue 13's yardstick), ~10 min
-    .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1.0] [--policies ...]
+    .venv/bin/python benchmarks/backtest.py          # the table (issue 13's yardstick), about 2.5 min
+    .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1] [--gpu-model M]
 
 The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspec10``, a node share at which
 ``static`` makes pods wait 10 minutes or more on average (``SAMPLES``: the cluster must be short of GPUs for
@@ -145,7 +145,7 @@ def the_table() -> None:
     print(f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB")
 
 
-def timing(variant: str, node_share: float, names: str) -> None:
+def timing(variant: str, node_share: float, names: str, gpu_model: str | None) -> None:
     pods_file = TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"
     began = time.perf_counter()
     trace = load_pods(pods_file)
@@ -154,7 +154,7 @@ def timing(variant: str, node_share: float, names: str) -> None:
         f"read {len(trace.pods):,} GPU pods and {len(nodes):,} nodes in {time.perf_counter() - began:.2f} s"
     )
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
-    config = priced()
+    config = dataclasses.replace(priced(), gpu_model=gpu_model)
     print(f"{'policy':<11} {'seconds':>8} {'planner runs':>13} {'s/run':>7}")
     for policy in parse_policies(names):
         began = time.perf_counter()
@@ -171,12 +171,13 @@ def main() -> int:
     parser.add_argument("--trace", default="default", help="--timing: openb pod list variant")
     parser.add_argument("--node-share", type=float, default=1.0, help="--timing: share of the nodes")
     parser.add_argument("--policies", default="static,static-mig,reactive,packing,oracle,ideal")
+    parser.add_argument("--gpu-model", help="--timing: model every GPU as this catalogue model")
     args = parser.parse_args()
     if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
         return 0
     if args.timing:
-        timing(args.trace, args.node_share, args.policies)
+        timing(args.trace, args.node_share, args.policies, args.gpu_model)
     else:
         the_table()
     return 0

@@ -336,7 +336,7 @@ class Replay:
     def _wants(self, pod: TracePod) -> Counter[str]:
         """The planner's demand pools a waiting pod counts in: a fractional request is demand for its smallest
         MIG slice (of the fleet's MIG model, if it has one) and for an MPS tenant, a whole-GPU one for 7g
-        slices and whole GPUs. The planner hands each pool out separately (an over-count the README names)."""
+        slices and whole GPUs. The planner hands each pool out separately (an over-count docs/backtest.md names)."""
         pools: Counter[str] = Counter()
         if self.demand_model is not None:
             pools[smallest_profile_resource(self.demand_model, pod.share)] += pod.gpus
