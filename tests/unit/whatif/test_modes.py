@@ -99,3 +99,15 @@ def test_the_command_runs_the_sizing_mode(small: list[str], capsys: pytest.Captu
     assert "two modes" in capsys.readouterr().err
     assert main([*small, "--model-map", "G2=B200"]) == 2
     assert "unknown GPU model 'B200'" in capsys.readouterr().err
+
+
+def test_the_html_report_plots_wait_and_node_gpus_over_time_per_policy(
+    small: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "report.html"
+    assert main([*small, "--policies", "static,ideal", "--workers", "1", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("<img alt='plot' src='data:image/png;base64,") == 5
+    assert "its share of the way from\n<code>static</code> to <code>ideal</code>" in text
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("policy") and "ideal" in table
