@@ -201,6 +201,9 @@ DEMO_SETTINGS = {
     # The published rule acts on utilisation alone, so the demo's fleet changes at any hour of the day
     # (packing, the default, changes layouts only when pending demand needs it).
     "SLICEWISE_PLANNER_POLICY": "thresholds",
+    # Six nodes near the band: a trusted champion's forecast can put every expected gain under the shipped 0.25
+    # GPU-h/h hysteresis (seen in CI: sim-h100-1 at 0.12), and the cycle would show no rollout.
+    "SLICEWISE_PLANNER_MIN_GAIN_GPU_HOURS": "0.05",
     "SLICEWISE_PLANNER_MAX_CHANGE_SHARE": "0.5",
     "SLICEWISE_ROLLOUT_WAVE_SHARES": "1.0",
     # Minutes in production; seconds here so the cycle ends while you watch.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import IDEAL, POLICIES, Policy
+from slicewise.whatif.policies import IDEAL, Policy
 from slicewise.whatif.trace import PodTrace, TraceNode
 
 BASELINE, BOUND = "static", IDEAL
@@ -92,6 +92,3 @@ def run_policies(
         futures = {p.name: pool.submit(replay, p, trace, fleet, config, window) for p in policies}
         return {name: future.result() for name, future in futures.items()}
 
-
-def known_policies() -> str:
-    return ",".join(POLICIES)
