@@ -91,4 +91,3 @@ def run_policies(
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {p.name: pool.submit(replay, p, trace, fleet, config, window) for p in policies}
         return {name: future.result() for name, future in futures.items()}
-
