@@ -89,6 +89,7 @@ def gpu_pod(
     evictable: bool = True,
     labels: Mapping[str, str] | None = None,
     init_gpus: Mapping[str, int] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod with one container asking for ``gpus`` as limits (how extended resources are usually written;
     the stand-in defaults the requests from them, like the API server), optionally an init container asking
@@ -97,7 +98,7 @@ def gpu_pod(
         "name": name,
         "namespace": namespace,
         "labels": dict(labels or {"app": name}),
-        "annotations": {"slicewise.io/evictable": "true"} if evictable else {},
+        "annotations": {**({"slicewise.io/evictable": "true"} if evictable else {}), **(annotations or {})},
     }
     if owner is not None:
         kind, owner_name = owner

@@ -155,6 +155,20 @@ def test_list_gpu_pods_keeps_unfinished_gpu_pods_on_the_node_sorted() -> None:
         }
 
 
+def test_a_declared_gpu_share_is_read_from_the_pods_annotation() -> None:
+    gpu = {"nvidia.com/gpu": 1}
+    pods = [
+        gpu_pod("ml", "half", node="h100-0", gpus=gpu, annotations={"slicewise.io/gpu-share": "0.5"}),
+        gpu_pod("ml", "plain", node="h100-0", gpus=gpu),
+        gpu_pod("ml", "typo", node="h100-0", gpus=gpu, annotations={"slicewise.io/gpu-share": "half"}),
+        gpu_pod("ml", "too-big", node="h100-0", gpus=gpu, annotations={"slicewise.io/gpu-share": "2"}),
+    ]
+    with FakeApiServer(nodes=_nodes(), pods=pods) as api:
+        found = {p.name: p.share for p in _backend(api.url).list_gpu_pods("h100-0")}
+    # Only a share of one GPU, in (0, 1], opts in; anything else keeps the pod to what it requests.
+    assert found == {"half": 0.5, "plain": None, "typo": None, "too-big": None}
+
+
 def test_an_init_container_counts_when_it_asks_for_more_than_the_containers_together() -> None:
     pods = [
         gpu_pod("ml", "big-init", node="h100-0", gpus={"nvidia.com/gpu": 1}, init_gpus={"nvidia.com/gpu": 4}),

@@ -15,6 +15,9 @@ from typing import Protocol
 MANAGED_LABEL = "slicewise.io/managed"
 #: Opt-in per pod: Slicewise may evict a GPU pod only when it carries this annotation with value "true".
 EVICTABLE_ANNOTATION = "slicewise.io/evictable"
+#: The share of one GPU a pod declares it needs ("0.5"): opting in to any MIG instance, MPS tenant or whole GPU at
+#: least that big (slicewise.planning.demand).
+GPU_SHARE_ANNOTATION = "slicewise.io/gpu-share"
 #: When Slicewise last changed the node's layout (ISO 8601, UTC): the dwell-time guard reads it.
 LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
 
@@ -83,6 +86,9 @@ class GpuPod:
     # Opted in, and only PodDisruptionBudgets that allow no disruption right now stand in the way: that can
     # change as replicas become ready, so a drain retries its eviction until a deadline instead of giving up.
     budget_blocked: bool = False
+    # The share of one GPU the pod declares it needs (annotation slicewise.io/gpu-share): any MIG instance, MPS
+    # tenant or whole GPU at least that big can host it. None: only the resources it requests.
+    share: float | None = None
 
     @property
     def may_drain(self) -> bool:

@@ -15,6 +15,7 @@ from slicewise.cluster.base import (
     EVICTABLE_ANNOTATION,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
+    GPU_SHARE_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     GpuNode,
@@ -211,7 +212,19 @@ def gpu_pod_from_api(pod: Any, pdbs: Sequence[Any]) -> GpuPod | None:
         evictable=not blockers,
         blockers=blockers,
         budget_blocked=bool(blockers) and all(b.startswith(_BUDGET_BLOCKER) for b in blockers),
+        share=declared_share(pod.metadata.annotations or {}),
     )
+
+
+def declared_share(annotations: Mapping[str, str]) -> float | None:
+    """The share of a GPU a pod declares (``slicewise.io/gpu-share``, in (0, 1]); None when absent or not a share
+    (a malformed value is ignored: the pod keeps to the resources it requests)."""
+    raw = annotations.get(GPU_SHARE_ANNOTATION)
+    try:
+        share = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return share if share is not None and 0 < share <= 1 else None
 
 
 def labels_differing(labels: Mapping[str, str], expected: Mapping[str, str | None]) -> list[str]:

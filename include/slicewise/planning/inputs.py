@@ -11,7 +11,7 @@ import numpy as np
 
 from slicewise.catalog import Catalog, ksm_resource, resource_for_profile
 from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.planning.node import WHOLE_GPUS
+from slicewise.planning.demand import WHOLE_GPUS
 from slicewise.planning.types import DemandForecast, Forecasts, SeriesForecast
 
 if TYPE_CHECKING:
@@ -128,9 +128,11 @@ def ksm_resource_names(catalog: Catalog) -> dict[str, str]:
 def pending_demand(
     demand: pd.DataFrame, step_s: int, catalog: Catalog, quantile: float = 0.9
 ) -> list[DemandForecast]:
-    """Pending GPU requests per resource over the frame's last hour: P50 and upper quantile of the per-step
-    totals (steps with nothing pending count as 0). A baseline forecast, stated as such in the README.
-    Pods asking for more than one ``nvidia.com/gpu`` are also counted in the ``WHOLE_GPUS`` pool."""
+    """Pending GPU requests per kind over the frame's last hour: P50 and upper quantile of the per-step totals
+    (steps with nothing pending count as 0). A baseline forecast, stated as such in the README.
+
+    Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
+    request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``."""
     if demand.empty:
         return []
     seconds = _seconds(demand["timestamp"])
@@ -138,25 +140,33 @@ def pending_demand(
     steps = np.arange(end - 3600 + step_s, end + 1, step_s)
     recent = demand[(seconds > end - 3600) & demand["unschedulable"].astype(bool).to_numpy()]
     names = ksm_resource_names(catalog)
-    out = []
     if recent.empty:
         return []
     recent = recent.assign(second=_seconds(recent["timestamp"]))
-    pools = {names.get(str(r), str(r)): group for r, group in recent.groupby("resource", observed=True)}
-    if GPU_RESOURCE in pools and "pod" in recent.columns:
+    pools: dict[tuple[str, int], pd.Series] = {}
+    for resource, group in recent.groupby("resource", observed=True):
+        name = names.get(str(resource), str(resource))
+        if name != GPU_RESOURCE or "pod" not in recent.columns:
+            pools[(name, 1)] = group.groupby("second")["requested"].sum()
+            continue
         per_pod = (
-            pools[GPU_RESOURCE].groupby(["second", "namespace", "pod"], observed=True)["requested"].sum()
+            group.groupby(["second", "namespace", "pod"], observed=True)["requested"].sum().reset_index()
         )
-        multi = per_pod[per_pod > 1].reset_index()
-        if not multi.empty:
-            pools[WHOLE_GPUS] = multi
-    for resource, group in pools.items():
-        per_step = group.groupby("second")["requested"].sum().reindex(steps, fill_value=0.0).to_numpy(float)
+        single = per_pod[per_pod["requested"] <= 1]
+        if not single.empty:
+            pools[(GPU_RESOURCE, 1)] = single.groupby("second")["requested"].sum()
+        multi = per_pod[per_pod["requested"] > 1]
+        for gpus in sorted({round(float(g)) for g in multi["requested"]}):
+            pods = multi[multi["requested"].round() == gpus]
+            pools[(WHOLE_GPUS, gpus)] = pods.groupby("second")["pod"].count()
+    out = []
+    for (resource, gpus), per_second in pools.items():
+        per_step = per_second.reindex(steps, fill_value=0.0).to_numpy(float)
         upper = float(np.quantile(per_step, quantile))
         median = float(np.median(per_step))
         if upper > 0 or median > 0:
-            out.append(DemandForecast(resource, median, upper))
-    return sorted(out, key=lambda d: d.resource)
+            out.append(DemandForecast(resource, median, upper, gpus=gpus))
+    return sorted(out, key=lambda d: (d.resource, d.gpus))
 
 
 def assemble(

@@ -12,9 +12,6 @@ from slicewise.cluster.base import GpuPod
 from slicewise.planning.types import DesiredState, NodeObservation, SeriesForecast
 
 GPU = "nvidia.com/gpu"
-#: Pending demand that only whole GPUs can host, in GPUs: pods asking for more than one ``nvidia.com/gpu``
-#: (the device plugin refuses them under MPS). Not a Kubernetes resource: a pool of the planner's demand.
-WHOLE_GPUS = "slicewise.io/whole-gpus"
 
 
 class NotPlannable(Exception):

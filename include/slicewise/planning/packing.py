@@ -1,154 +1,282 @@
-"""The ``packing`` policy (default): the layout that hosts the forecast demand with the least stranded capacity.
+"""The ``packing`` policy (default): the node configuration that hosts running and forecast pending requests with
+the least stranded capacity and the fewest disruptions.
 
-MIG nodes choose among the named layouts of their GPU model (MIG stays on: switching a node between MIG and
-whole GPUs changes the resource names its pods request, a decision left to people). For every candidate the
-node's running pods' requests and the pool's forecast pending demand (upper quantile) are placed on the
-layout's slices; its score is
+Every configuration the node's GPU model allows is a candidate: each named MIG layout (MIG on), and MIG off with
+whole GPUs or MPS with each shipped replica count (a model without MIG has only the latter). For each, the node's
+running pods are placed first, then the pool's pending requests (:mod:`slicewise.planning.demand`), largest
+first, each on the smallest free slot that hosts it. The score is
 
-    - served GPU-equivalents  +  unusable compute  +  2 x running pods' slices lost  (+ a change penalty)
+    - requests hosted  +  unusable compute  +  stranded / 4  +  2 x running pods that lose their place
+    (+ a change penalty)
 
-where a slice counts as its share of a GPU's compute (g / 7, or 1 / replicas for an MPS tenant) and unusable
-compute is what no instance of the layout covers (e.g. the seventh slice of 3 x 2g): fragmentation that no
-request can ever use. Ties go to the current layout (fewest changes). Whole-GPU nodes
-get the MPS replicas that host their pending ``nvidia.com/gpu`` demand while the tenants' forecast load and
-memory per GPU stay under the target — unless pods that need whole GPUs are pending (``WHOLE_GPUS``): their
-demand is served first, by keeping (or making) GPUs whole, since no MPS tenant can host them.
+in GPU-equivalents: a request counts its share of a GPU (its declared share, its MIG profile's g / compute slices,
+whole GPUs — twice for a pending one, ``WHOLE_WEIGHT`` —, or for a plain ``nvidia.com/gpu`` tenant the forecast
+load per tenant, else ``UNDECLARED_TENANT``); unusable compute is what no MIG instance of the layout covers (e.g.
+the seventh slice of 3 x 2g); stranded capacity is what the slots hosting requests of a declared share leave unused
+(a 0.46 request on a whole GPU strands 0.54). A change of MIG layout, or MIG switched on or off, must win by
+``change_penalty_gpu_hours``; a change of MPS replicas only needs to pass the hysteresis. MPS candidates are
+capped so the tenants' forecast load and memory per GPU stay under ``mps_target_util``. Ties go to the current
+configuration, then to fewer tenants.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import MutableMapping
+from dataclasses import dataclass
 
 from slicewise.catalog import Catalog, Layout, resource_for_profile
+from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.cluster.base import GpuPod
 from slicewise.planning.config import PlannerConfig
-from slicewise.planning.node import GPU, WHOLE_GPUS, NodeContext, mps_replicas_at_most
+from slicewise.planning.demand import EPS, Pool, Request, request_for
+from slicewise.planning.node import NodeContext
 from slicewise.planning.proposal import Proposal
 
 RULE_MIG = (
     "packing: the layout that hosts running and forecast pending requests with the least stranded capacity"
 )
-RULE_MPS = "packing: MPS tenants for pending whole-GPU requests while P90 load and memory fit the target"
-RULE_WHOLE = "packing: GPUs stay whole for pending pods that need more than one GPU"
-LOST_WEIGHT = 2.0  # a running pod losing its slice weighs twice a pending request gained
+RULE_MPS = (
+    "packing: MPS tenants for the pending requests their share fits, while P90 load and memory fit the target"
+)
+RULE_WHOLE = "packing: GPUs stay whole for pending pods that need whole GPUs"
+RULE_PLAIN = "packing: whole GPUs host the running and pending requests best"
+LOST_WEIGHT = 2.0  # a running pod losing its place weighs twice a pending request gained
+#: The work assumed of a GPU tenant whose share and load nobody knows (a quarter of a GPU): less than the whole
+#: GPU a pod that needs one would use, so whole-GPU demand comes first.
+UNDECLARED_TENANT = 0.25
+#: A pending request for whole GPUs counts this many times its GPUs: no tenant or MIG instance can host it, so
+#: whole GPUs go to it before they are cut for requests that have other forms.
+WHOLE_WEIGHT = 2.0
+#: Capacity a slot hosting a declared share leaves unused counts a quarter against the candidate: enough to prefer
+#: a 1/2 tenant to a whole GPU for a 0.46 request, never enough to prefer leaving the request waiting.
+STRANDED_WEIGHT = 0.25
+
+Slot = tuple[str, float]  # (extended resource, share of a GPU)
 
 
-def _placement(
-    ctx: NodeContext, layout: Layout | None, replicas: int, pending: Counter[str] | MutableMapping[str, float]
-) -> tuple[float, float, float, dict[str, float]]:
-    """(served, unusable, lost) in GPU-equivalents and the pending requests served, for one candidate."""
-    capacity = ctx.capacity(layout, replicas)
-    requests = ctx.requests()
-    served = lost = 0.0
-    usable = sum(count * ctx.share(resource, replicas) for resource, count in capacity.items())
-    extra: dict[str, float] = {}
-    for resource in set(capacity) | set(requests):
-        share = ctx.share(resource, replicas)
-        cap = capacity.get(resource, 0)
-        keep = min(cap, requests.get(resource, 0))
-        take = min(cap - keep, max(0.0, float(pending.get(resource, 0.0))))
-        served += (keep + take) * share
-        lost += (requests.get(resource, 0) - keep) * share
-        if take > 0:
-            extra[resource] = take
-    return served, max(0.0, ctx.gpus - usable), lost, extra
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout | None  # None = MIG disabled
+    replicas: int  # MPS tenants per GPU (1 = whole GPUs)
 
 
-def plan_mig(
-    ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pending: MutableMapping[str, float]
-) -> Proposal:
-    candidates: dict[Layout, str] = {}
-    for name, layout in sorted(catalog.configs_for(ctx.model.name).items()):
-        if layout:  # MIG on with at least one instance
-            candidates.setdefault(layout, name)
-    assert ctx.layout is not None
-    current = ctx.layout
-    placements = {lay: _placement(ctx, lay, 1, pending) for lay in [current, *candidates]}
-    base_served, base_unusable, _, base_extra = placements[current]
+@dataclass
+class Placement:
+    served: float  # GPU-equivalents of running and pending requests hosted
+    unusable: float
+    stranded: float  # GPU-equivalents of the slots hosting declared shares that the shares leave unused
+    lost: float  # GPU-equivalents of running pods without a place
+    pending: dict[Request, float]  # pending requests hosted
+    whole_served: float  # GPUs of whole-GPU pending requests hosted
 
-    def score(layout: Layout) -> tuple[float, int, str]:
-        served, unusable, lost, _ = placements[layout]
-        penalty = 0.0 if layout == current else config.change_penalty_gpu_hours
-        rank = round(-served + unusable + LOST_WEIGHT * lost + penalty, 9)
-        return (rank, 0 if layout == current else 1, candidates.get(layout, ""))
 
-    best = min(placements, key=score)
-    served, unusable, lost, extra = placements[best]
-    gain = served - base_served
-    reasons = [
-        f"forecast pending requests: {_fmt(pending, ctx)}",
+def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) -> Proposal:
+    current = Candidate(ctx.layout, ctx.replicas)
+    cap, reasons = _mps_cap(ctx, config)
+    candidates = [current, *(c for c in _candidates(ctx, catalog, cap) if c != current)]
+    value = _tenant_value(ctx)
+    placements = {c: _place(ctx, c, pool, value) for c in candidates}
+
+    def score(candidate: Candidate) -> tuple[float, int, int]:
+        placed = placements[candidate]
+        penalty = config.change_penalty_gpu_hours if candidate.layout != current.layout else 0.0
+        rank = (
+            -placed.served + placed.unusable + STRANDED_WEIGHT * placed.stranded + LOST_WEIGHT * placed.lost
+        )
+        rank += penalty
+        return (round(rank, 9), 0 if candidate == current else 1, candidate.replicas)
+
+    best = min(candidates, key=score)
+    placed, now = placements[best], placements[current]
+    overload = _overload(ctx, config, best, cap)
+    gain = max(0.0, placed.served - now.served) + overload
+    reasons += [
+        f"forecast pending requests: {pool.describe()}",
         f"running pods request {_fmt_counts(ctx.requests())}",
-        f"requests hosted {base_served:.2f} -> {served:.2f} GPU-eq, unusable compute {base_unusable:.2f} -> "
-        f"{unusable:.2f} GPU-eq",
+        f"{_describe(current)} hosts {now.served:.2f} GPU-eq; {_describe(best)} {placed.served:.2f}"
+        + (f", unusable compute {placed.unusable:.2f}" if placed.unusable > EPS else ""),
     ]
-    if lost > 0:
-        reasons.append(f"running pods' slices removed: {lost:.2f} GPU-eq (they are evicted and requeue)")
-    return Proposal(best, 1, RULE_MIG, tuple(reasons), gain, extra if best != current else base_extra)
-
-
-def plan_mps(
-    ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pending: MutableMapping[str, float]
-) -> Proposal:
-    requests = ctx.requests()
-    tenants = requests.get(GPU, 0)
-    whole = _whole_gpus(ctx, tenants, max(0.0, pending.get(WHOLE_GPUS, 0.0)))
-    if whole is not None:
-        return whole
-    load = sum(f.upper for f in ctx.forecasts)  # summed over the node's GPUs
-    memory = sum(0.0 if math.isnan(f.memory) else f.memory for f in ctx.forecasts)
-    per_tenant_load = load / max(1, tenants)
-    per_tenant_memory = memory / max(1, tenants)
-    cap = ctx.model.mps_max_replicas
-    reasons = [f"{tenants} GPU tenants, P90 load {load:.2f} over {ctx.gpus} GPUs, memory {memory:.2f} GPU-eq"]
-    if per_tenant_load > 0:
-        cap = min(cap, max(1, math.floor(config.mps_target_util / per_tenant_load)))
-        reasons.append(f"load fits at most {cap} tenants per GPU under {config.mps_target_util:.0%}")
-    if per_tenant_memory > 0:
-        cap = min(cap, max(1, math.floor(1.0 / per_tenant_memory)))
-    if ctx.multi_gpu_pods():
-        cap = 1
-        reasons.append("a pod requests more than one GPU: MPS would refuse it")
-    want = math.ceil((tenants + max(0.0, pending.get(GPU, 0.0))) / ctx.gpus)
-    replicas = mps_replicas_at_most(catalog, max(1, min(want, cap)))
-    if replicas < ctx.replicas and ctx.replicas <= cap:
-        replicas = ctx.replicas  # shrinking without overload gains nothing
-    waiting = max(0.0, pending.get(GPU, 0.0))
-    hosted_now = min(max(0, ctx.gpus * ctx.replicas - tenants), waiting)
-    hosted = min(max(0, ctx.gpus * replicas - tenants), waiting)
-    # An MPS tenant is worth the GPU work it brings (its forecast load), not its nominal 1 / replicas share.
-    work = per_tenant_load if per_tenant_load > 0 else 1.0 / max(replicas, 1)
-    overload = max(0.0, load - config.mps_target_util * ctx.gpus) if replicas < ctx.replicas else 0.0
-    gain = max(0.0, hosted - hosted_now) * work + overload
-    extra = {GPU: hosted} if hosted > 0 else {}
-    if hosted > hosted_now:
-        reasons.append(f"{hosted - hosted_now:.1f} more pending GPU requests hosted, ~{work:.2f} GPU each")
+    if placed.lost > EPS:
+        reasons.append(
+            f"running pods losing their place: {placed.lost:.2f} GPU-eq (they are evicted and requeue)"
+        )
     if overload:
         reasons.append(f"tenants' P90 load exceeds the target by {overload:.2f} GPU-eq: fewer tenants")
-    lost = max(0, tenants - ctx.gpus * replicas)
-    if lost > 0:
-        reasons.append(f"{lost} running tenants lose their slot")
-    return Proposal(None, replicas, RULE_MPS, tuple(reasons), gain, extra)
-
-
-def _whole_gpus(ctx: NodeContext, tenants: int, wanted: float) -> Proposal | None:
-    """Whole GPUs for pending multi-GPU pods, when this node can give some without evicting a tenant."""
-    free = ctx.gpus - tenants  # GPUs left once every tenant has a whole one
-    if wanted <= 0 or free <= 0:
-        return None
-    hosted = min(float(free), wanted)
-    reasons = (
-        f"{wanted:.0f} GPUs wanted by pending pods that need whole GPUs; {free} GPUs here can be whole "
-        f"with the {tenants} running tenants on one GPU each",
+    served = placed.pending if best != current else now.pending
+    return Proposal(
+        best.layout, best.replicas, _rule(best, placed), tuple(reasons), gain, _labels(served), served
     )
-    gain = hosted if ctx.replicas > 1 else 0.0  # a node already whole gains nothing by staying so
-    return Proposal(None, 1, RULE_WHOLE, reasons, gain, {WHOLE_GPUS: hosted})
 
 
-def _fmt(pending: MutableMapping[str, float], ctx: NodeContext) -> str:
-    hostable = {resource_for_profile(p) for p in ctx.model.profiles}
-    relevant = {r: v for r, v in pending.items() if v > 0 and r in hostable}
-    return ", ".join(f"{r} {v:.1f}" for r, v in sorted(relevant.items())) or "none"
+def _candidates(ctx: NodeContext, catalog: Catalog, cap: int) -> list[Candidate]:
+    out = []
+    for _, layout in sorted(catalog.configs_for(ctx.model.name).items()):
+        if layout:  # MIG on with at least one instance
+            out.append(Candidate(layout, 1))
+    out.append(Candidate(None, 1))
+    for name in catalog.device_plugin_configs:
+        replicas = catalog.mps_replicas(name)
+        if 1 < replicas <= min(cap, ctx.model.mps_max_replicas):
+            out.append(Candidate(None, replicas))
+    return list(dict.fromkeys(out))
+
+
+def _undeclared_tenants(ctx: NodeContext) -> int:
+    """Running ``nvidia.com/gpu`` pods without a declared share on a MIG-disabled node: their forecast load, not
+    their share, says how many fit a GPU (a declared share is its own limit)."""
+    if ctx.layout is not None:
+        return 0
+    return sum(pod.requests.get(GPU_RESOURCE, 0) for pod in ctx.obs.pods if pod.share is None)
+
+
+def _mps_cap(ctx: NodeContext, config: PlannerConfig) -> tuple[int, list[str]]:
+    """The most MPS tenants per GPU the tenants' forecast load and memory allow (the model's limit if unknown)."""
+    tenants = _undeclared_tenants(ctx)
+    load = sum(f.upper for f in ctx.forecasts)
+    memory = sum(0.0 if math.isnan(f.memory) else f.memory for f in ctx.forecasts)
+    cap = ctx.model.mps_max_replicas
+    reasons = []
+    if tenants and load > 0:
+        cap = min(cap, max(1, math.floor(config.mps_target_util / (load / tenants))))
+        reasons.append(
+            f"{tenants} GPU tenants, P90 load {load:.2f} over {ctx.gpus} GPUs: at most {cap} tenants per GPU "
+            f"under {config.mps_target_util:.0%}"
+        )
+    if tenants and memory > 0:
+        cap = min(cap, max(1, math.floor(1.0 / (memory / tenants))))
+    if ctx.multi_gpu_pods():
+        reasons.append("a pod requests more than one GPU: MPS would refuse it")
+    return cap, reasons
+
+
+def _overload(ctx: NodeContext, config: PlannerConfig, best: Candidate, cap: int) -> float:
+    """GPU-equivalents of load over the target relieved by going down to ``best``'s tenants (0 otherwise)."""
+    if ctx.layout is not None or ctx.replicas <= cap or best.replicas >= ctx.replicas:
+        return 0.0
+    load = sum(f.upper for f in ctx.forecasts)
+    return max(0.0, load - config.mps_target_util * ctx.gpus)
+
+
+def _tenant_value(ctx: NodeContext) -> float:
+    """What a plain ``nvidia.com/gpu`` request (no declared share) is worth: the forecast load per tenant of the
+    node's tenants, else ``UNDECLARED_TENANT``. Not the share a slot gives it: capacity is the same however it is
+    cut, and what a change buys is requests that run instead of waiting."""
+    tenants = _undeclared_tenants(ctx)
+    load = sum(f.upper for f in ctx.forecasts)
+    if tenants and load > 0:
+        return load / tenants
+    return UNDECLARED_TENANT
+
+
+def _slots(ctx: NodeContext, candidate: Candidate) -> tuple[Counter[Slot], float]:
+    """Free slots of the whole node under ``candidate``, and its compute no MIG instance covers."""
+    if candidate.layout is None:
+        share = 1.0 / candidate.replicas
+        return Counter({(GPU_RESOURCE, share): ctx.gpus * candidate.replicas}), 0.0
+    slots: Counter[Slot] = Counter()
+    covered = 0.0
+    for profile, count in candidate.layout:
+        share = ctx.model.profile(profile).g / ctx.model.compute_slices
+        slots[(resource_for_profile(profile), share)] += count * ctx.gpus
+        covered += share * count
+    return slots, max(0.0, ctx.gpus * (1.0 - covered))
+
+
+def _running(pod: GpuPod) -> list[Request]:
+    """The requests a running pod holds, one per slot it needs."""
+    out = []
+    for resource, count in pod.requests.items():
+        if resource == GPU_RESOURCE and count > 1:
+            out.append(request_for(resource, pod.share, gpus=count))
+        else:
+            out += [request_for(resource, pod.share)] * count
+    return out
+
+
+def _value(request: Request, share: float, tenant: float) -> float:
+    if request.whole:
+        return float(request.gpus)
+    if request.size is not None:
+        return request.size
+    return tenant if request.resource == GPU_RESOURCE else share
+
+
+def _place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:
+    free, unusable = _slots(ctx, candidate)
+    served = lost = whole_served = stranded = 0.0
+    for pod in ctx.obs.pods:
+        for request in _running(pod):
+            share = _take(free, request)
+            if share is None:
+                lost += _value(request, 0.0, tenant)
+            else:
+                served += _value(request, share, tenant)
+                stranded += _slack(request, share)
+    hosted: dict[Request, float] = {}
+    for request, count in pool:
+        if not request.allows(ctx.model.name):
+            continue
+        units = 0.0
+        while units < count - EPS:
+            share = _take(free, request)
+            if share is None:
+                break
+            step = min(1.0, count - units)
+            units += step
+            served += step * _value(request, share, tenant) * (WHOLE_WEIGHT if request.whole else 1.0)
+            stranded += step * _slack(request, share)
+            if request.whole:
+                whole_served += step * request.gpus
+        if units > EPS:
+            hosted[request] = units
+    return Placement(served, unusable, stranded, lost, hosted, whole_served)
+
+
+def _slack(request: Request, share: float) -> float:
+    """What a slot of ``share`` leaves unused under a request of known size (0 when the size is not known)."""
+    if request.whole or request.size is None:
+        return 0.0
+    return max(0.0, share - request.size)
+
+
+def _take(free: Counter[Slot], request: Request) -> float | None:
+    """Take the smallest free slot(s) that host one of ``request``; the share of each, or None."""
+    if request.whole:
+        key = (GPU_RESOURCE, 1.0)
+        if free.get(key, 0) >= request.gpus:
+            free[key] -= request.gpus
+            return 1.0
+        return None
+    fitting = [slot for slot, n in free.items() if n > 0 and request.fits(*slot)]
+    if not fitting:
+        return None
+    slot = min(fitting, key=lambda s: (s[1], s[0]))
+    free[slot] -= 1
+    return slot[1]
+
+
+def _rule(best: Candidate, placed: Placement) -> str:
+    if best.layout is not None:
+        return RULE_MIG
+    if best.replicas > 1:
+        return RULE_MPS
+    return RULE_WHOLE if placed.whole_served > EPS else RULE_PLAIN
+
+
+def _describe(candidate: Candidate) -> str:
+    if candidate.layout is not None:
+        return "MIG " + " + ".join(f"{n} x {p}" for p, n in candidate.layout)
+    return "whole GPUs" if candidate.replicas == 1 else f"MPS {candidate.replicas} tenants per GPU"
+
+
+def _labels(served: dict[Request, float]) -> dict[str, float]:
+    """Pending requests served, by how plans name them (whole-GPU requests in GPUs)."""
+    out: dict[str, float] = {}
+    for request, count in served.items():
+        amount = count * request.gpus if request.whole else count
+        out[request.label] = out.get(request.label, 0.0) + amount
+    return out
 
 
 def _fmt_counts(counts: Counter[str]) -> str:

@@ -16,6 +16,7 @@ from slicewise.catalog import Catalog
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
+from slicewise.planning.demand import Pool, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.types import (
@@ -46,7 +47,7 @@ def plan_fleet(
     now: datetime,
 ) -> FleetPlan:
     """The plan for every observed node; pure: same inputs, same plan."""
-    pending = {d.resource: d.upper for d in forecasts.demand}
+    pool = demand_pool(forecasts)
     notes = []
     acting = forecasts.trusted or config.fallback == "baseline"
     if not forecasts.trusted:
@@ -73,16 +74,15 @@ def plan_fleet(
         if not ctx.model.mig and not config.plan_gpus_without_mig:
             plans.append(_skipped(obs, config, WITHOUT_MIG))
             continue
-        key = _idle_key(ctx, pending)
+        key = _idle_key(ctx, pool)
         proposal = idle_proposals.get(key) if key else None
         if proposal is None:
-            proposal = _propose(ctx, catalog, config, pending)
+            proposal = _propose(ctx, catalog, config, pool)
             if key:
                 idle_proposals[key] = proposal
         plan = _guard(ctx, proposal, catalog, config, now, acting, forecasts)
         if plan.action == CHANGE or plan.desired == plan.current:  # demand this node will host
-            for resource, served in proposal.pending_served.items():
-                pending[resource] = max(0.0, pending.get(resource, 0.0) - served)
+            pool.take(dict(proposal.hosted))
         plans.append(plan)
     return FleetPlan(
         policy=config.policy,
@@ -94,7 +94,14 @@ def plan_fleet(
     )
 
 
-def _idle_key(ctx: NodeContext, pending: dict[str, float]) -> tuple[object, ...] | None:
+def demand_pool(forecasts: Forecasts) -> Pool:
+    """The pending requests the plan hands out: each forecast kind at its upper quantile."""
+    return Pool(
+        (request_for(d.resource, d.share, d.gpus, d.models), d.upper) for d in forecasts.demand if d.upper > 0
+    )
+
+
+def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:
     """What an idle node's proposal depends on, or None for a busy one.
 
     A node with no GPU pods and a forecast of exactly zero load and memory proposes the same as any other such
@@ -110,18 +117,14 @@ def _idle_key(ctx: NodeContext, pending: dict[str, float]) -> tuple[object, ...]
         ctx.layout,
         ctx.replicas,
         tuple(sorted(f.mig_profile for f in ctx.forecasts)),  # the weights of its zero forecasts
-        tuple(sorted(pending.items())),
+        pool.key(),
     )
 
 
-def _propose(
-    ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pending: dict[str, float]
-) -> Proposal:
+def _propose(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) -> Proposal:
     if config.policy == "thresholds":
         return thresholds.plan(ctx, catalog, config)
-    if ctx.mig:
-        return packing.plan_mig(ctx, catalog, config, pending)
-    return packing.plan_mps(ctx, catalog, config, pending)
+    return packing.plan(ctx, catalog, config, pool)
 
 
 def _desired(ctx: NodeContext, proposal: Proposal, catalog: Catalog) -> DesiredState:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slicewise.catalog import Layout
+from slicewise.planning.demand import Request
 
 
 @dataclass(frozen=True)
@@ -15,4 +16,5 @@ class Proposal:
     rule: str
     reasons: tuple[str, ...]
     gain_gpu_hours: float  # expected GPU-hours per hour freed or demand served (0 when nothing changes)
-    pending_served: Mapping[str, float] = field(default_factory=dict)
+    pending_served: Mapping[str, float] = field(default_factory=dict)  # as plans name the requests
+    hosted: Mapping[Request, float] = field(default_factory=dict)  # the pool's requests it would host

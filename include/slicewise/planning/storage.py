@@ -54,7 +54,7 @@ def read_forecasts(path: ObjectStoragePath) -> Forecasts:
     raw = _read(path)
     return Forecasts(
         series=tuple(SeriesForecast(**s) for s in raw["series"]),
-        demand=tuple(DemandForecast(**d) for d in raw["demand"]),
+        demand=tuple(DemandForecast(**{**d, "models": tuple(d.get("models", ()))}) for d in raw["demand"]),
         predictor=raw["predictor"],
         trusted=raw["trusted"],
         why_untrusted=raw["why_untrusted"],

@@ -26,11 +26,18 @@ class SeriesForecast:
 
 @dataclass(frozen=True)
 class DemandForecast:
-    """Forecast GPU requests of pods that cannot be scheduled (pending), per extended resource."""
+    """Forecast pending requests of one kind (:mod:`slicewise.planning.demand`): pods that cannot be scheduled.
 
-    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
+    ``p50`` / ``upper`` count requests: units of ``resource`` (nvidia.com/gpu, nvidia.com/mig-1g.10gb), or pods
+    when they declare a ``share`` or ask for ``gpus`` > 1; for ``slicewise.io/whole-gpus`` without ``gpus``,
+    GPUs."""
+
+    resource: str
     p50: float
     upper: float
+    share: float | None = None  # the share of a GPU each pod declares: any form at least that big hosts it
+    gpus: int = 1  # GPUs per pod, on one node
+    models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
 
 
 @dataclass(frozen=True)

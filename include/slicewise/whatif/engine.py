@@ -29,15 +29,15 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from slicewise.catalog import Catalog, GpuModel, resource_for_profile
+from slicewise.catalog import Catalog, GpuModel
 from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, GpuPod
 from slicewise.forecasting.baselines import mean_last_hour, p90_last_hour
 from slicewise.planning.config import PlannerConfig
-from slicewise.planning.node import WHOLE_GPUS
+from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import DemandForecast, DesiredState, Forecasts, NodeObservation, SeriesForecast
-from slicewise.whatif.fleet import FIRST_FIT, WHOLE, Fleet, Request, SimNode
+from slicewise.whatif.fleet import FIRST_FIT, Ask, Fleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import FUTURE, NOW, Policy, initial_configs, whole_gpu_share
@@ -70,25 +70,6 @@ class BacktestConfig:
         return self.prices.get(model.name, self.price_per_gpu_hour)
 
 
-def demand_model(models: Sequence[GpuModel]) -> GpuModel | None:
-    """The MIG model whose slices the planner's pending pools are named after: the most common one of the
-    fleet (None without MIG)."""
-    counts = Counter(m.name for m in models if m.mig)
-    if not counts:
-        return None
-    name = counts.most_common(1)[0][0]
-    return next(m for m in models if m.name == name)
-
-
-def smallest_profile_resource(model: GpuModel, share: float) -> str:
-    """The MIG resource of the smallest base profile whose compute share is at least ``share``."""
-    for g in sorted({p.g for p in model.profiles.values()}):
-        profile = model.base_profile(g)
-        if profile is not None and g / model.compute_slices >= share - 1e-9:
-            return resource_for_profile(profile.name)
-    raise ValueError(f"no {model.name} profile holds a {share:.2f} GPU request")
-
-
 class Replay:
     """One policy's run over the trace."""
 
@@ -118,7 +99,6 @@ class Replay:
             ],
             config.scheduler,
         )
-        self.demand_model = demand_model(node_models)
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
         count = len(pods)
         self.remaining = np.array([p.duration_s for p in pods])
@@ -137,12 +117,12 @@ class Replay:
         self.last_plan_changed = True
         self.last_change_any = -math.inf
         self.demand_of = [p.gpus * p.share for p in pods]
-        self.requests = [Request(p.gpus, p.share, p.models) for p in pods]
+        self.asks = [Ask(p.gpus, p.share, p.models) for p in pods]
         self.classes = np.array([p.size_class for p in pods])
         self.arrivals = [p.arrival_s for p in pods]
-        self.wants = [self._wants(p) for p in pods]
-        self.queued_demand: Counter[str] = Counter()  # the waiting requests, per planner demand pool
-        self.waiting_samples: deque[Counter[str]] = deque(maxlen=int(HOUR_S // config.step_s))
+        self.wants = [self._wants(p, models) for p in pods]
+        self.queued_demand: Counter[Request] = Counter()  # the waiting requests, per kind
+        self.waiting_samples: deque[Counter[Request]] = deque(maxlen=int(HOUR_S // config.step_s))
 
     # -- events --------------------------------------------------------------------------------------
     def run(self) -> PolicyResult:
@@ -198,20 +178,20 @@ class Replay:
             self._try(list(self.queue), when)
 
     def _try(self, candidates: list[int], when: float) -> None:
-        failed: set[Request] = set()  # a request that did not fit cannot fit later in this pass
+        failed: set[Ask] = set()  # an ask that did not fit cannot fit later in this pass
         for pod_id in candidates:
-            request = self.requests[pod_id]
-            if request in failed:
+            ask = self.asks[pod_id]
+            if ask in failed:
                 continue
-            found = self.fleet.find(request)
+            found = self.fleet.find(ask)
             if found is None:
-                failed.add(request)
+                failed.add(ask)
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
             self._loaded(node, when)
             self.queue.remove(pod_id)
-            self.queued_demand.subtract(self.wants[pod_id])
+            self.queued_demand[self.wants[pod_id]] -= 1
             self.waited[pod_id] += when - self.waiting_since[pod_id]
             self.meter.started(when - self.waiting_since[pod_id])
             self.running += 1
@@ -223,7 +203,7 @@ class Replay:
 
     def _enqueue(self, pod_id: int) -> None:
         bisect.insort(self.queue, pod_id)
-        self.queued_demand.update(self.wants[pod_id])
+        self.queued_demand[self.wants[pod_id]] += 1
 
     def _recent_requests(self, now: float) -> Counter[tuple[int, float]]:
         """The requests of the pods that arrived in the trailing hour: the workload fragmentation is measured
@@ -307,6 +287,7 @@ class Replay:
                     owner_kind="Job",
                     owner_name=self.pods[pod_id].name,
                     evictable=True,
+                    share=self.pods[pod_id].share,  # a trace request is a size: declared, as by annotation
                 )
                 for pod_id, slots in node.pods.items()
             )
@@ -328,32 +309,32 @@ class Replay:
         )
         return Forecasts(
             series=tuple(series),
-            demand=tuple(DemandForecast(r, float(v), float(v)) for r, v in sorted(demand.items())),
+            demand=tuple(
+                DemandForecast(r.resource, float(v), float(v), r.size, r.gpus, r.models)
+                for r, v in sorted(demand.items(), key=lambda item: item[0].label)
+            ),
             predictor=predictor,
             trusted=True,
         )
 
-    def _wants(self, pod: TracePod) -> Counter[str]:
-        """The planner's demand pools a waiting pod counts in: a fractional request is demand for its smallest
-        MIG slice (of the fleet's MIG model, if it has one) and for an MPS tenant, a whole-GPU one for 7g
-        slices and whole GPUs. The planner hands each pool out separately (an over-count docs/backtest.md names)."""
-        pools: Counter[str] = Counter()
-        if self.demand_model is not None:
-            pools[smallest_profile_resource(self.demand_model, pod.share)] += pod.gpus
-        pools[GPU_RESOURCE if pod.share < WHOLE else WHOLE_GPUS] += pod.gpus
-        return pools
+    @staticmethod
+    def _wants(pod: TracePod, models: FleetModels) -> Request:
+        """What a waiting pod asks the planner for: its share (a trace request is a size, so any form at least that
+        big hosts it), or whole GPUs, on the catalogue models its ``gpu_spec`` names. Counted once."""
+        allowed = {models.of(name).name for name in pod.models if name in models.by_name}
+        return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed)
 
-    def _demand(self, now: float) -> Counter[str]:
-        """Pending demand per pool as the planner gets it: ``now`` -> what waits now; ``forecast`` -> the P90 of
+    def _demand(self, now: float) -> Counter[Request]:
+        """Pending requests per kind as the planner gets them: ``now`` -> what waits now; ``forecast`` -> the P90 of
         the last hour's samples of what waited (the production baseline, planning.inputs.pending_demand);
         ``future`` -> the same P90 over the next hour, as it will be if nothing changes (the oracle)."""
         if self.policy.view == NOW:
             return +self.queued_demand
         samples = list(self.waiting_samples) if self.policy.view != FUTURE else self._lookahead(now)
-        pools = set().union(*samples) if samples else set()
-        return Counter({pool: float(np.quantile([s.get(pool, 0) for s in samples], 0.9)) for pool in pools})
+        kinds: set[Request] = set().union(*samples) if samples else set()
+        return Counter({kind: float(np.quantile([s.get(kind, 0) for s in samples], 0.9)) for kind in kinds})
 
-    def _lookahead(self, now: float) -> list[Counter[str]]:
+    def _lookahead(self, now: float) -> list[Counter[Request]]:
         """What will wait at each step of the next hour if the layout stays as it is: the replay forked (its
         fleet copied on write, the trace shared) and run forward without planning."""
         twin = copy.copy(self)

@@ -42,8 +42,9 @@ SCHEDULERS = (FIRST_FIT, SPREAD, BINPACK)
 
 
 @dataclass(frozen=True)
-class Request:
-    """What a pod asks for: ``gpus`` GPUs of ``share`` each, on a node of one of ``models`` (() = any)."""
+class Ask:
+    """What a pod asks the scheduler model for: ``gpus`` GPUs of ``share`` each, on a node of one of ``models``
+    (the node list's names; () = any)."""
 
     gpus: int
     share: float
@@ -223,11 +224,11 @@ class Fleet:
         self.owned.add(node.name)
         return mine
 
-    def could_fit(self, request: Request) -> bool:
+    def could_fit(self, ask: Ask) -> bool:
         """False when no free slot of the whole fleet could hold the request (a quick refusal; models aside)."""
-        if request.fractional:
-            return any(count > 0 and s >= request.share - EPS for s, count in self.free.items())
-        return self.free[WHOLE] >= request.gpus if WHOLE in self.free else False
+        if ask.fractional:
+            return any(count > 0 and s >= ask.share - EPS for s, count in self.free.items())
+        return self.free[WHOLE] >= ask.gpus if WHOLE in self.free else False
 
     def eligible(self, models: tuple[str, ...]) -> np.ndarray:
         """Which nodes a pod naming ``models`` may run on (every node for ``()``), as a mask."""
@@ -237,19 +238,19 @@ class Fleet:
             self._kind_masks[models] = mask
         return mask
 
-    def find(self, request: Request) -> tuple[SimNode, list[int]] | None:
+    def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
         """The node and slots the scheduler model gives the request now, or None (it waits)."""
-        if not self.could_fit(request):
+        if not self.could_fit(ask):
             return None
-        candidates = np.flatnonzero(self.up & self.eligible(request.models))
+        candidates = np.flatnonzero(self.up & self.eligible(ask.models))
         if self.scheduler != FIRST_FIT and len(candidates) > 1:
-            after = (self.allocated[candidates] + request.gpus * request.share) / self.sizes[candidates]
+            after = (self.allocated[candidates] + ask.gpus * ask.share) / self.sizes[candidates]
             # Stable sort: equal scores keep name order.
             order = np.argsort(after if self.scheduler == SPREAD else -after, kind="stable")
             candidates = candidates[order]
         for index in candidates:
             node = self.nodes[index]
-            slots = node.fit(request.gpus, request.share)
+            slots = node.fit(ask.gpus, ask.share)
             if slots is not None:
                 return node, slots
         return None

@@ -34,7 +34,7 @@ import numpy as np
 
 from slicewise.catalog import Catalog
 from slicewise.whatif.engine import HOUR_S, BacktestConfig
-from slicewise.whatif.fleet import EPS, WHOLE, Request
+from slicewise.whatif.fleet import EPS, WHOLE, Ask
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import IDEAL
 from slicewise.whatif.trace import TraceNode, TracePod
@@ -61,21 +61,21 @@ class _Open:
         self.free = [WHOLE] * spec.gpus
         self.pods: dict[int, tuple[tuple[int, ...], float]] = {}
 
-    def fit(self, request: Request) -> tuple[int, ...] | None:
-        if request.fractional:
+    def fit(self, ask: Ask) -> tuple[int, ...] | None:
+        if ask.fractional:
             best = -1
             for gpu, left in enumerate(self.free):
-                if left >= request.share - EPS and (best < 0 or left < self.free[best]):
+                if left >= ask.share - EPS and (best < 0 or left < self.free[best]):
                     best = gpu
             return None if best < 0 else (best,)
         whole = [gpu for gpu, left in enumerate(self.free) if left >= WHOLE - EPS]
-        return tuple(whole[: request.gpus]) if len(whole) >= request.gpus else None
+        return tuple(whole[: ask.gpus]) if len(whole) >= ask.gpus else None
 
-    def slack(self, request: Request, gpus: tuple[int, ...]) -> float:
+    def slack(self, ask: Ask, gpus: tuple[int, ...]) -> float:
         """How much room is left where the request would go (best fit: the least)."""
-        if request.fractional:
-            return self.free[gpus[0]] - request.share
-        return sum(1 for left in self.free if left >= WHOLE - EPS) - request.gpus
+        if ask.fractional:
+            return self.free[gpus[0]] - ask.share
+        return sum(1 for left in self.free if left >= WHOLE - EPS) - ask.gpus
 
 
 Buckets = list[tuple[int, list[int]]]  # (GPUs per node, the node indices of that size), smallest first
@@ -114,30 +114,30 @@ class Packing:
         roomy = [index for size, index in sizes if size >= room_for - EPS]
         return roomy[0] if roomy else sizes[-1][1]
 
-    def add(self, pod: int, request: Request, room_for: float = 0.0) -> bool:
+    def add(self, pod: int, ask: Ask, room_for: float = 0.0) -> bool:
         """Place a pod: on the node in use where it fits tightest, else on a free node (see ``_free_node``)."""
         best: tuple[float, int, tuple[int, ...]] | None = None
         for index, node in self.open.items():
-            if request.models and node.spec.kind not in request.models:
+            if ask.models and node.spec.kind not in ask.models:
                 continue
-            gpus = node.fit(request)
+            gpus = node.fit(ask)
             if gpus is not None:
-                key = (node.slack(request, gpus), index, gpus)
+                key = (node.slack(ask, gpus), index, gpus)
                 if best is None or key[:2] < best[:2]:
                     best = key
         if best is None:
-            free = self._free_node(request.models, request.gpus, room_for)
+            free = self._free_node(ask.models, ask.gpus, room_for)
             if free is None:
                 return False
             self.open[free] = _Open(self.nodes[free])
-            gpus = self.open[free].fit(request)
+            gpus = self.open[free].fit(ask)
             assert gpus is not None
             best = (0.0, free, gpus)
         _, index, gpus = best
         node = self.open[index]
         for gpu in gpus:
-            node.free[gpu] -= request.share
-        node.pods[pod] = (gpus, request.share)
+            node.free[gpu] -= ask.share
+        node.pods[pod] = (gpus, ask.share)
         self.where[pod] = index
         return True
 
@@ -161,7 +161,7 @@ class Packing:
 
 
 def pack(
-    nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets], pods: Iterable[tuple[int, Request]]
+    nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets], pods: Iterable[tuple[int, Ask]]
 ) -> Packing | None:
     """A fresh packing of ``pods``, largest first; None when the packer finds no room for one of them.
 
@@ -172,11 +172,11 @@ def pack(
     best: Packing | None = None
     for look_ahead in (False, True):
         packing = Packing(nodes, by_size)
-        left = sum(request.gpus * request.share for _, request in items)
-        for pod, request in items:
-            if not packing.add(pod, request, math.ceil(left - EPS) if look_ahead else 0.0):
+        left = sum(ask.gpus * ask.share for _, ask in items)
+        for pod, ask in items:
+            if not packing.add(pod, ask, math.ceil(left - EPS) if look_ahead else 0.0):
                 break
-            left -= request.gpus * request.share
+            left -= ask.gpus * ask.share
         else:
             if best is None or packing.node_gpus() < best.node_gpus():
                 best = packing
@@ -223,7 +223,7 @@ class IdealReplay:
         ]
         self.by_size: dict[tuple[str, ...], Buckets] = {}
         self.packing = Packing(self.nodes, self.by_size)
-        self.requests = [Request(p.gpus, p.share, p.models) for p in pods]
+        self.asks = [Ask(p.gpus, p.share, p.models) for p in pods]
         self.classes = np.array([p.size_class for p in pods])
         count = len(pods)
         self.remaining = np.array([p.duration_s for p in pods])
@@ -283,14 +283,14 @@ class IdealReplay:
     # -- events ----------------------------------------------------------------------------------------
     def _arrive(self, pod_id: int, when: float) -> None:
         self.waiting_since[pod_id] = when
-        request = self.requests[pod_id]
+        ask = self.asks[pod_id]
         in_use = self.packing.node_gpus()
-        if self.packing.add(pod_id, request):
+        if self.packing.add(pod_id, ask):
             self._start(pod_id, when)
             if self.packing.node_gpus() > in_use:  # it took a node of its own: could all fit on fewer?
                 self._consolidate()
         else:
-            repacked = pack(self.nodes, self.by_size, [*self._running_requests(), (pod_id, request)])
+            repacked = pack(self.nodes, self.by_size, [*self._running_asks(), (pod_id, ask)])
             if repacked is not None:
                 self.packing = repacked
                 self._start(pod_id, when)
@@ -300,7 +300,7 @@ class IdealReplay:
 
     def _consolidate(self) -> None:
         """Free repacking: place the running pods anew when that needs fewer node-GPUs."""
-        repacked = pack(self.nodes, self.by_size, self._running_requests())
+        repacked = pack(self.nodes, self.by_size, self._running_asks())
         if repacked is not None and repacked.node_gpus() < self.packing.node_gpus():
             self.packing = repacked
 
@@ -317,20 +317,20 @@ class IdealReplay:
 
     def _admit_in_arrival_order(self, when: float) -> None:
         present = sorted([*self.running, *self.waiting])
-        admitted: list[tuple[int, Request]] = []
+        admitted: list[tuple[int, Ask]] = []
         packing = Packing(self.nodes, self.by_size)
-        failed: set[Request] = set()
+        failed: set[Ask] = set()
         for pod_id in present:
-            request = self.requests[pod_id]
-            if request in failed:
+            ask = self.asks[pod_id]
+            if ask in failed:
                 continue
-            if not packing.add(pod_id, request):
-                repacked = pack(self.nodes, self.by_size, [*admitted, (pod_id, request)])
+            if not packing.add(pod_id, ask):
+                repacked = pack(self.nodes, self.by_size, [*admitted, (pod_id, ask)])
                 if repacked is None:
-                    failed.add(request)
+                    failed.add(ask)
                     continue
                 packing = repacked
-            admitted.append((pod_id, request))
+            admitted.append((pod_id, ask))
         keep = {pod_id for pod_id, _ in admitted}
         for pod_id in sorted(self.running - keep):
             self._suspend(pod_id, when)
@@ -344,8 +344,8 @@ class IdealReplay:
             else packing
         )
 
-    def _running_requests(self) -> list[tuple[int, Request]]:
-        return [(pod_id, self.requests[pod_id]) for pod_id in self.running]
+    def _running_asks(self) -> list[tuple[int, Ask]]:
+        return [(pod_id, self.asks[pod_id]) for pod_id in self.running]
 
     def _start(self, pod_id: int, when: float) -> None:
         waited = when - self.waiting_since[pod_id]

@@ -5,22 +5,21 @@ policy        starts from              each hour
 ============  =======================  ==========================================================================
 static        whole GPUs, no sharing   nothing
 static-mig    the mixed fleet          nothing (one fixed layout: NVIDIA's ``all-balanced``, 3g + 2g + 2 x 1g)
-reactive      the mixed fleet          Slicewise's ``packing`` planner on what is pending *now* and current load
-thresholds    the mixed fleet          Slicewise's ``thresholds`` planner on the forecaster's predictions
-packing       the mixed fleet          Slicewise's ``packing`` planner on the forecaster's predictions
-oracle        the mixed fleet          ``packing`` fed the true next hour (arrivals and load): perfect foresight
+reactive      as static                Slicewise's ``packing`` planner on what is pending *now* and current load
+thresholds    as static                Slicewise's ``thresholds`` planner on the forecaster's predictions
+packing       as static                Slicewise's ``packing`` planner on the forecaster's predictions
+oracle        as static                ``packing`` fed the true next hour (arrivals and load): perfect foresight
 ideal         every GPU shared         no planner: any request on any GPU with room, repacked for free: the bound
 ============  =======================  ==========================================================================
 
-Nodes whose GPUs have no MIG (T4, V100, ...) start and stay whole GPUs under every policy; the planner may
-share them by MPS. ``ideal`` (:mod:`slicewise.whatif.ideal`) is not a planner policy but the bound: fractional
-sharing on every GPU, repacked for free at every event.
+Every planner policy starts from the same fleet as ``static`` and switches MIG on or off itself where demand
+calls for it. Nodes whose GPUs have no MIG (T4, V100, ...) are whole GPUs under every policy; the planner may
+share them by MPS. ``ideal`` (:mod:`slicewise.whatif.ideal`) is not a planner policy but the bound.
 
-The mixed fleet: the planner never switches MIG on or off (that changes the resource names pods request, a
-decision left to people), so a fleet it manages needs both kinds of node from the start. The share of nodes
-with MIG disabled (whole GPUs, MPS possible) is the share of whole-GPU requests (in GPU-equivalents) among all
-the pods of the replayed window — hindsight no operator has, which favours ``static-mig``: the comparison is
-conservative. The other nodes run ``all-balanced``. Both kinds are spread evenly over the node list.
+The mixed fleet of ``static-mig`` (a fixed layout cannot host whole-GPU pods, so some nodes must stay whole):
+the share of MIG-capable nodes with MIG disabled is the share of whole-GPU requests (in GPU-equivalents) among
+all the pods of the replayed window — hindsight no operator has, which favours ``static-mig`` —; the other
+nodes run ``all-balanced``. Both kinds are spread evenly over the node list.
 """
 
 from __future__ import annotations
@@ -48,10 +47,10 @@ POLICIES: dict[str, Policy] = {
     for p in (
         Policy("static", False, None),
         Policy("static-mig", True, None),
-        Policy("reactive", True, "packing", NOW),
-        Policy("thresholds", True, "thresholds", FORECAST),
-        Policy("packing", True, "packing", FORECAST),
-        Policy("oracle", True, "packing", FUTURE),
+        Policy("reactive", False, "packing", NOW),
+        Policy("thresholds", False, "thresholds", FORECAST),
+        Policy("packing", False, "packing", FORECAST),
+        Policy("oracle", False, "packing", FUTURE),
         Policy(IDEAL, False, None),
     )
 }

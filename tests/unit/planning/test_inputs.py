@@ -95,8 +95,8 @@ def test_pending_demand_is_the_p90_of_the_last_hour_per_real_resource_name(catal
     assert demand.p50 == 0.0
 
 
-def test_pending_pods_asking_for_several_gpus_are_also_whole_gpu_demand(catalog: Catalog) -> None:
-    from slicewise.planning.node import WHOLE_GPUS
+def test_pending_pods_asking_for_several_gpus_are_whole_gpu_demand_counted_once(catalog: Catalog) -> None:
+    from slicewise.planning.demand import WHOLE_GPUS
 
     end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
     rows = []
@@ -111,5 +111,6 @@ def test_pending_pods_asking_for_several_gpus_are_also_whole_gpu_demand(catalog:
     frame = pd.DataFrame(
         rows, columns=["timestamp", "namespace", "pod", "container", "resource", "requested", "unschedulable"]
     )
-    demand = {d.resource: d.upper for d in inputs.pending_demand(frame, 60, catalog)}
-    assert demand == {"nvidia.com/gpu": pytest.approx(5.0), WHOLE_GPUS: pytest.approx(4.0)}
+    demand = {(d.resource, d.gpus): d.upper for d in inputs.pending_demand(frame, 60, catalog)}
+    # One pod of 4 whole GPUs (not also 4 nvidia.com/gpu requests), and the 1-GPU pod.
+    assert demand == {("nvidia.com/gpu", 1): pytest.approx(1.0), (WHOLE_GPUS, 4): pytest.approx(1.0)}

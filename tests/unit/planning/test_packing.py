@@ -7,7 +7,7 @@ import dataclasses
 from slicewise.catalog import Catalog
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP
+from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP, DemandForecast, Forecasts
 
 from .conftest import NOW, forecasts, mig_load, node, observe, pod, whole_gpu_load
 
@@ -142,7 +142,7 @@ def test_idle_nodes_alike_share_a_proposal_only_while_the_pending_pool_is_the_sa
 def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mps_ones(
     catalog: Catalog,
 ) -> None:
-    from slicewise.planning.node import WHOLE_GPUS
+    from slicewise.planning.demand import WHOLE_GPUS
 
     whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
     shared = node("h2", model="H100-80GB", mig_config="all-disabled", plugin="mps-4", gpus=4)
@@ -159,9 +159,10 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
     # h1 stays whole (4 of the 6 GPUs) instead of becoming MPS for the tenants.
     assert first.action == KEEP and first.desired.device_plugin_config == "default"
     assert first.rule.startswith("packing: GPUs stay whole")
-    # h2 goes back to whole GPUs for the other 2 (h1 took 4 of the 6): its one tenant keeps a GPU of its own.
+    # h2 goes back to whole GPUs for the other 2 (h1 took 4 of the 6): its one tenant keeps a GPU of its own, and
+    # the fourth GPU takes one of the pending GPU requests.
     assert second.action == CHANGE and second.desired.device_plugin_config == "default"
-    assert second.pending_served == {WHOLE_GPUS: 2}
+    assert second.pending_served == {WHOLE_GPUS: 2, "nvidia.com/gpu": 1}
     # Without whole-GPU demand the same fleet shares h1 by MPS.
     plan = plan_fleet(
         [observe(whole), observe(shared, tenant)],
@@ -190,3 +191,39 @@ def test_gpus_without_mig_are_left_alone_in_production_and_shared_by_mps_where_p
     # One tenant and three pending on two GPUs: two tenants per GPU (mps-2).
     assert shared.action == CHANGE and shared.desired.device_plugin_config == "mps-2"
     assert shared.desired.mig_config == "all-disabled"
+
+
+def test_a_declared_share_takes_the_smallest_form_that_holds_it(catalog: Catalog) -> None:
+    # Four pending requests of 0.3 of a GPU on an idle 2-GPU A100 node without MIG: three MPS tenants per GPU
+    # (1/3 >= 0.3) host all four with the least left unused; whole GPUs would host two, 1/4 tenants none.
+    idle = node("a1", mig_config="all-disabled", gpus=2)
+    demand = (DemandForecast("nvidia.com/gpu", 4, 4, share=0.3),)
+    plan = plan_fleet(
+        [observe(idle)],
+        Forecasts(tuple(whole_gpu_load("a1", 2, 0.0, memory=0.0)), demand, "p90_last_hour", True),
+        catalog,
+        PlannerConfig(),
+        NOW,
+    )
+    (verdict,) = plan.nodes
+    assert verdict.action == CHANGE and verdict.desired.device_plugin_config == "mps-3"
+    assert verdict.pending_served == {"1 x 0.3 GPU": 4}
+
+
+def test_a_request_for_one_gpu_model_is_only_planned_on_nodes_of_that_model(catalog: Catalog) -> None:
+    # Two idle MIG-disabled nodes, an H100 first in name order; the pending requests allow only A100-80GB.
+    h100 = node("a-h100", model="H100-80GB", mig_config="all-disabled", gpus=2)
+    a100 = node("b-a100", model="A100-80GB", mig_config="all-disabled", gpus=2)
+    demand = (DemandForecast("nvidia.com/gpu", 4, 4, share=0.5, models=("A100-80GB",)),)
+    loads = whole_gpu_load("a-h100", 2, 0.0, memory=0.0) + whole_gpu_load("b-a100", 2, 0.0, memory=0.0)
+    plan = plan_fleet(
+        [observe(h100), observe(a100)],
+        Forecasts(tuple(loads), demand, "p90_last_hour", True),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    first, second = plan.nodes
+    assert first.action == KEEP and first.pending_served == {}
+    assert second.action == CHANGE and second.desired.device_plugin_config == "mps-2"
+    assert second.pending_served == {"1 x 0.5 GPU on A100-80GB": 4}

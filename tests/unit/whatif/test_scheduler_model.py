@@ -105,3 +105,14 @@ def test_first_fit_takes_the_smallest_free_slot_that_holds_the_request() -> None
     assert shares[slot] == 1
     assert node.fit(1, 0.5) is None  # nothing of 4g or more
     assert node.fit(1, 1.0) is None  # whole GPUs only from 7g slices or MIG-disabled GPUs
+
+
+def test_a_fractional_queue_drains_once_the_node_leaves_mig_for_mps() -> None:
+    # Two 0.46-GPU pods on one GPU split into seven 1g slices: neither fits. At 3600 s reactive weighs every
+    # configuration: no MIG layout hosts both (only one 4g fits a GPU; 7g hosts one), MIG off with two MPS
+    # tenants of 1/2 hosts both (0.92 GPU-eq, 0.08 stranded) and beats the change penalty. Back at 3700 s.
+    pods = [pod("p", 0, 3000, 0.46), pod("q", 0, 3000, 0.46)]
+    result = replay("reactive", pods, start_as=("all-1g.10gb", "default"))
+    assert result.wait_mean_s == pytest.approx(3700)
+    assert result.reconfigs_per_node_hour == pytest.approx(1 / (END / 3600))
+    assert result.pods_evicted == 0
