@@ -24,6 +24,7 @@ from slicewise.catalog.render import (
     DEVICE_PLUGIN_FILE,
     K8S_DIR,
     MIG_PARTED_FILE,
+    SCHEDULER_FILE,
     rendered_files,
     stale_files,
     write_rendered,
@@ -113,9 +114,11 @@ def test_given_the_repository_when_checked_then_no_generated_file_is_stale(catal
     assert stale_files(catalog) == []
 
 
-def test_given_a_folder_when_written_then_both_files_land_there(catalog: Catalog, tmp_path: Path) -> None:
+def test_given_a_folder_when_written_then_the_three_files_land_there(
+    catalog: Catalog, tmp_path: Path
+) -> None:
     written = write_rendered(catalog, tmp_path)
-    assert sorted(p.name for p in written) == sorted([DEVICE_PLUGIN_FILE, MIG_PARTED_FILE])
+    assert sorted(p.name for p in written) == sorted([DEVICE_PLUGIN_FILE, MIG_PARTED_FILE, SCHEDULER_FILE])
 
 
 # --- mig-parted format (facts §1.6) ---------------------------------------------------------------------------
@@ -225,3 +228,29 @@ def test_given_the_device_plugin_configs_when_checked_then_they_obey_the_sharing
         assert isinstance(replicas, int) and 2 <= replicas <= 48, name
         assert catalog.mps_replicas(name) == replicas and name == f"mps-{replicas}"
     assert yaml.safe_load(data["default"]) == {"version": "v1", "flags": {"migStrategy": "mixed"}}
+
+
+# --- the bin-packing scheduler profile ------------------------------------------------------------------------
+
+
+def test_given_the_scheduler_profile_when_read_then_it_bin_packs_every_gpu_resource_the_catalogue_knows(
+    catalog: Catalog,
+) -> None:
+    manifest = _manifest(SCHEDULER_FILE)
+    assert (manifest["kind"], manifest["metadata"]["namespace"]) == ("ConfigMap", "kube-system")
+    config = yaml.safe_load(manifest["data"]["scheduler-config.yaml"])
+    assert (config["apiVersion"], config["kind"]) == (
+        "kubescheduler.config.k8s.io/v1",
+        "KubeSchedulerConfiguration",
+    )
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "slicewise-binpack"
+    (fit,) = profile["pluginConfig"]
+    assert fit["name"] == "NodeResourcesFit"
+    strategy = fit["args"]["scoringStrategy"]
+    assert strategy["type"] == "MostAllocated"
+    weights = {r["name"]: r["weight"] for r in strategy["resources"]}
+    assert all(1 <= w <= 100 for w in weights.values())  # the API's range
+    mig = {f"nvidia.com/mig-{p.replace('+', '.')}" for m in catalog.models.values() for p in m.profiles}
+    assert set(weights) == {"cpu", "memory", "nvidia.com/gpu", *mig}
+    assert weights["nvidia.com/gpu"] > weights["cpu"]  # GPUs decide; CPU and memory break ties

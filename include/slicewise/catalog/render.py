@@ -15,11 +15,17 @@ import yaml
 from slicewise.catalog.configs import ALL_DISABLED, ALL_ENABLED, Catalog, DevicePluginConfig
 from slicewise.catalog.layouts import Layout, describe_layout
 from slicewise.catalog.models import CatalogError
-from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.catalog.resources import GPU_RESOURCE, resource_for_profile
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
 MIG_PARTED_FILE = "mig-parted-config.yaml"
 DEVICE_PLUGIN_FILE = "device-plugin-config.yaml"
+SCHEDULER_FILE = "scheduler-binpack.yaml"
+SCHEDULER_CONFIG_MAP = "slicewise-scheduler-config"
+SCHEDULER_NAMESPACE = "kube-system"
+BINPACK_SCHEDULER = "slicewise-binpack"
+#: Score weights (1-100): GPUs decide where a GPU pod goes; CPU and memory only break ties between GPU nodes.
+GPU_WEIGHT, HOST_WEIGHT = 5, 1
 NAMESPACE = "gpu-operator"
 MIG_PARTED_CONFIG_MAP = "slicewise-mig-parted-config"
 DEVICE_PLUGIN_CONFIG_MAP = "slicewise-device-plugin-config"
@@ -113,13 +119,46 @@ def mig_parted_config_map(catalog: Catalog) -> dict[str, Any]:
     return _config_map(MIG_PARTED_CONFIG_MAP, {"config.yaml": to_yaml(render_mig_parted_config(catalog))})
 
 
-def _config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
+def scheduler_config(catalog: Catalog) -> dict[str, Any]:
+    """A ``KubeSchedulerConfiguration`` with one profile, ``slicewise-binpack``: ``NodeResourcesFit`` scoring with
+    ``MostAllocated`` over ``nvidia.com/gpu`` and every MIG resource of the catalogue (a scheduler scores only the
+    resources it is told to), so GPU pods fill nodes that are already in use and leave whole nodes free."""
+    mig = sorted({resource_for_profile(p) for m in catalog.models.values() for p in m.profiles})
+    resources = [{"name": "cpu", "weight": HOST_WEIGHT}, {"name": "memory", "weight": HOST_WEIGHT}]
+    resources += [{"name": name, "weight": GPU_WEIGHT} for name in (GPU_RESOURCE, *mig)]
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": BINPACK_SCHEDULER,
+                "pluginConfig": [
+                    {
+                        "name": "NodeResourcesFit",
+                        "args": {"scoringStrategy": {"type": "MostAllocated", "resources": resources}},
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def scheduler_config_map(catalog: Catalog) -> dict[str, Any]:
+    """The ConfigMap holding the scheduler configuration under ``scheduler-config.yaml``."""
+    return _config_map(
+        SCHEDULER_CONFIG_MAP,
+        {"scheduler-config.yaml": to_yaml(scheduler_config(catalog))},
+        SCHEDULER_NAMESPACE,
+    )
+
+
+def _config_map(name: str, data: dict[str, str], namespace: str = NAMESPACE) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
-            "namespace": NAMESPACE,
+            "namespace": namespace,
             "labels": {"app.kubernetes.io/part-of": "slicewise"},
         },
         "data": data,
@@ -155,6 +194,7 @@ def rendered_files(catalog: Catalog) -> dict[str, str]:
     return {
         MIG_PARTED_FILE: _mig_parted_header(catalog) + to_yaml(mig_parted_config_map(catalog)),
         DEVICE_PLUGIN_FILE: _device_plugin_header(catalog) + to_yaml(render_device_plugin_config(catalog)),
+        SCHEDULER_FILE: _scheduler_header() + to_yaml(scheduler_config_map(catalog)),
     }
 
 
@@ -235,5 +275,25 @@ def _device_plugin_header(catalog: Catalog) -> str:
 # MIG strategy, so mps-N sets migStrategy none. The plugin ranks command-line flags and environment above the
 # config file: if your operator version passes spec.mig.strategy to it as MIG_STRATEGY, check that MPS nodes
 # still come up with strategy none (label nvidia.com/gpu.sharing-strategy=mps, nvidia.com/gpu.replicas=N).
+"""
+    )
+
+
+def _scheduler_header() -> str:
+    return (
+        _GENERATED.format(sources="gpu_models.yaml")
+        + f"""#
+# A kube-scheduler profile that bin-packs GPU pods: NodeResourcesFit scores nodes MostAllocated over nvidia.com/gpu
+# and every nvidia.com/mig-* resource (weight {GPU_WEIGHT}; CPU and memory {HOST_WEIGHT}), so a GPU pod goes to the
+# node whose GPUs are already the most allocated and whole nodes stay free for pods that need them (and for the
+# cluster autoscaler to remove). The default profile scores CPU and memory only, LeastAllocated: it spreads GPU
+# pods and scatters whole GPUs. Slicewise's what-if backtest models this profile as --scheduler binpack.
+# To use it, run it as a second scheduler and opt pods in (Kubernetes "Configure Multiple Schedulers"):
+#   kubectl apply -f include/k8s/{SCHEDULER_FILE}
+#   a kube-scheduler Deployment in {SCHEDULER_NAMESPACE} started with --config=/etc/slicewise/scheduler-config.yaml
+#   (this ConfigMap mounted there, the image of your cluster's version, ClusterRole system:kube-scheduler)
+#   pods: spec.schedulerName: {BINPACK_SCHEDULER}
+# or copy the profile's pluginConfig into your control plane's scheduler configuration where you own it (on EKS:
+# the cluster's kubeSchedulerConfig scoringStrategy).
 """
     )
