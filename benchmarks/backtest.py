@@ -1,17 +1,19 @@
 """Benchmark: the what-if backtest on the real Alibaba openb traces, against the ``ideal`` bound.
 
-    .venv/bin/python benchmarks/backtest.py          # the table (issue 13's yardstick), about 2.5 min
+    .venv/bin/python benchmarks/backtest.py          # the table (issue 13's yardstick), about 5 min
     .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1] [--gpu-model M]
 
 The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspec10``, a node share at which
 ``static`` makes pods wait 10 minutes or more on average (``SAMPLES``: the cluster must be short of GPUs for
 partitioning to matter; the benchmark says so when a sample no longer qualifies; gpushare100's is the 26-GPU
 sample of issue 13's reference figures), then every headline figure of static, packing, reactive, oracle and
-ideal on three fleets of that sample:
+ideal on five fleets of that sample:
 
 - ``as listed``: each node's GPU model from the node list (none of them has MIG), as production plans it: the
   planner leaves GPUs without MIG alone;
-- ``MPS on GPUs without MIG``: the same fleet, the planner sharing those GPUs by MPS (``--share-gpus-without-mig``);
+- ``MPS on GPUs without MIG``: the same fleet, the planner sharing those GPUs by MPS (``--share-gpus-without-mig``),
+  first-fit, then under Kubernetes' default spreading (``--scheduler spread``) and under the bin-packing profile
+  Slicewise ships (``--scheduler binpack``);
 - ``as A100-80GB``: every GPU modelled as an A100-80GB (``--gpu-model A100-80GB``), the MIG what-if.
 
 ``--timing``: wall time per policy (each alone in this process) and peak memory, on the full trace by default.
@@ -54,10 +56,14 @@ def priced() -> BacktestConfig:
 
 
 def fleets(base: BacktestConfig) -> dict[str, BacktestConfig]:
-    sharing = dataclasses.replace(base.planner, plan_gpus_without_mig=True)
+    sharing = dataclasses.replace(base, planner=dataclasses.replace(base.planner, plan_gpus_without_mig=True))
     return {
         "as listed": base,
-        "MPS on GPUs without MIG": dataclasses.replace(base, planner=sharing),
+        "MPS on GPUs without MIG": sharing,
+        "MPS on GPUs without MIG, Kubernetes' default spreading": dataclasses.replace(
+            sharing, scheduler="spread"
+        ),
+        "MPS on GPUs without MIG, the bin-packing profile": dataclasses.replace(sharing, scheduler="binpack"),
         "as A100-80GB": dataclasses.replace(base, gpu_model="A100-80GB"),
     }
 

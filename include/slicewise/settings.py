@@ -51,6 +51,8 @@ class Settings:
     planner_max_change_share: float
     planner_cordon_to_drain: bool
     planner_fallback: str
+    planner_consolidation: str
+    planner_eviction_cost_s: float
     planner_max_forecast_age_hours: float
     planner_horizon_minutes: int
     rollout_mode: str

@@ -13,6 +13,7 @@ from slicewise.settings import CONFIG_DIR, Settings
 
 POLICIES = ("packing", "thresholds")
 FALLBACKS = ("none", "baseline")
+CONSOLIDATION = ("off", "whole-gpus", "nodes")  # planning.consolidation
 
 
 class PlannerConfigError(ValueError):
@@ -31,6 +32,8 @@ class PlannerConfig:
     max_change_share: float = 0.25  # at most this share of managed nodes changes per run
     cordon_to_drain: bool = False  # blocked nodes may be cordoned so they drain naturally
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
+    consolidation: str = "whole-gpus"  # packing: move pods to make room for whole-GPU pods (and free nodes)
+    eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
     # GPUs without MIG (T4, V100, ...) can share only by MPS. The rollout verifies a change by the MIG manager's
     # state, which such nodes never get, so production leaves them alone; the what-if backtest plans them.
     plan_gpus_without_mig: bool = False
@@ -48,6 +51,12 @@ class PlannerConfig:
             raise PlannerConfigError("planner_max_change_share must be in [0, 1]")
         if self.min_gain_gpu_hours < 0 or self.dwell_hours < 0 or self.change_penalty_gpu_hours < 0:
             raise PlannerConfigError("gains, penalties and dwell time cannot be negative")
+        if self.consolidation not in CONSOLIDATION:
+            raise PlannerConfigError(
+                f"planner_consolidation must be one of {CONSOLIDATION}, got {self.consolidation!r}"
+            )
+        if self.eviction_cost_s < 0:
+            raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PlannerConfig:
@@ -62,6 +71,8 @@ class PlannerConfig:
             max_change_share=settings.planner_max_change_share,
             cordon_to_drain=settings.planner_cordon_to_drain,
             fallback=settings.planner_fallback,
+            consolidation=settings.planner_consolidation,
+            eviction_cost_s=settings.planner_eviction_cost_s,
         )
 
 

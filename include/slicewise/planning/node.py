@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 
 from slicewise.catalog import Catalog, CatalogError, GpuModel, Layout, compute_share, layout_capacity
-from slicewise.cluster.base import GpuPod
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuPod
 from slicewise.planning.types import DesiredState, NodeObservation, SeriesForecast
 
 GPU = "nvidia.com/gpu"
@@ -60,6 +61,15 @@ class NodeContext:
     @cached_property
     def _shares(self) -> dict[tuple[str, int], float]:
         return {}
+
+    def last_change(self) -> datetime | None:
+        """When Slicewise last changed the node (``slicewise.io/last-change``); None if never or unreadable (an
+        unreadable annotation does not block the node forever)."""
+        raw = self.obs.node.annotations.get(LAST_CHANGE_ANNOTATION, "")
+        try:
+            return datetime.fromisoformat(raw) if raw else None
+        except ValueError:
+            return None
 
     def multi_gpu_pods(self) -> list[GpuPod]:
         """Pods asking for more than one whole GPU: the device plugin refuses them under MPS

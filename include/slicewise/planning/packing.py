@@ -69,14 +69,15 @@ class Placement:
     lost: float  # GPU-equivalents of running pods without a place
     pending: dict[Request, float]  # pending requests hosted
     whole_served: float  # GPUs of whole-GPU pending requests hosted
+    free: Counter[Slot]  # slots left once all of that is placed
 
 
 def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) -> Proposal:
     current = Candidate(ctx.layout, ctx.replicas)
     cap, reasons = _mps_cap(ctx, config)
     candidates = [current, *(c for c in _candidates(ctx, catalog, cap) if c != current)]
-    value = _tenant_value(ctx)
-    placements = {c: _place(ctx, c, pool, value) for c in candidates}
+    value = tenant_value(ctx)
+    placements = {c: place(ctx, c, pool, value) for c in candidates}
 
     def score(candidate: Candidate) -> tuple[float, int, int]:
         placed = placements[candidate]
@@ -158,7 +159,7 @@ def _overload(ctx: NodeContext, config: PlannerConfig, best: Candidate, cap: int
     return max(0.0, load - config.mps_target_util * ctx.gpus)
 
 
-def _tenant_value(ctx: NodeContext) -> float:
+def tenant_value(ctx: NodeContext) -> float:
     """What a plain ``nvidia.com/gpu`` request (no declared share) is worth: the forecast load per tenant of the
     node's tenants, else ``UNDECLARED_TENANT``. Not the share a slot gives it: capacity is the same however it is
     cut, and what a change buys is requests that run instead of waiting."""
@@ -169,7 +170,7 @@ def _tenant_value(ctx: NodeContext) -> float:
     return UNDECLARED_TENANT
 
 
-def _slots(ctx: NodeContext, candidate: Candidate) -> tuple[Counter[Slot], float]:
+def slots_of(ctx: NodeContext, candidate: Candidate) -> tuple[Counter[Slot], float]:
     """Free slots of the whole node under ``candidate``, and its compute no MIG instance covers."""
     if candidate.layout is None:
         share = 1.0 / candidate.replicas
@@ -183,7 +184,7 @@ def _slots(ctx: NodeContext, candidate: Candidate) -> tuple[Counter[Slot], float
     return slots, max(0.0, ctx.gpus * (1.0 - covered))
 
 
-def _running(pod: GpuPod) -> list[Request]:
+def pod_requests(pod: GpuPod) -> list[Request]:
     """The requests a running pod holds, one per slot it needs."""
     out = []
     for resource, count in pod.requests.items():
@@ -194,7 +195,7 @@ def _running(pod: GpuPod) -> list[Request]:
     return out
 
 
-def _value(request: Request, share: float, tenant: float) -> float:
+def value_of(request: Request, share: float, tenant: float) -> float:
     if request.whole:
         return float(request.gpus)
     if request.size is not None:
@@ -202,16 +203,17 @@ def _value(request: Request, share: float, tenant: float) -> float:
     return tenant if request.resource == GPU_RESOURCE else share
 
 
-def _place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:
-    free, unusable = _slots(ctx, candidate)
+def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:
+    """Running pods first, then ``pool``'s requests, largest first, each on the smallest free slot that hosts it."""
+    free, unusable = slots_of(ctx, candidate)
     served = lost = whole_served = stranded = 0.0
     for pod in ctx.obs.pods:
-        for request in _running(pod):
-            share = _take(free, request)
+        for request in pod_requests(pod):
+            share = take_slot(free, request)
             if share is None:
-                lost += _value(request, 0.0, tenant)
+                lost += value_of(request, 0.0, tenant)
             else:
-                served += _value(request, share, tenant)
+                served += value_of(request, share, tenant)
                 stranded += _slack(request, share)
     hosted: dict[Request, float] = {}
     for request, count in pool:
@@ -219,18 +221,18 @@ def _place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) ->
             continue
         units = 0.0
         while units < count - EPS:
-            share = _take(free, request)
+            share = take_slot(free, request)
             if share is None:
                 break
             step = min(1.0, count - units)
             units += step
-            served += step * _value(request, share, tenant) * (WHOLE_WEIGHT if request.whole else 1.0)
+            served += step * value_of(request, share, tenant) * (WHOLE_WEIGHT if request.whole else 1.0)
             stranded += step * _slack(request, share)
             if request.whole:
                 whole_served += step * request.gpus
         if units > EPS:
             hosted[request] = units
-    return Placement(served, unusable, stranded, lost, hosted, whole_served)
+    return Placement(served, unusable, stranded, lost, hosted, whole_served, free)
 
 
 def _slack(request: Request, share: float) -> float:
@@ -240,7 +242,7 @@ def _slack(request: Request, share: float) -> float:
     return max(0.0, share - request.size)
 
 
-def _take(free: Counter[Slot], request: Request) -> float | None:
+def take_slot(free: Counter[Slot], request: Request) -> float | None:
     """Take the smallest free slot(s) that host one of ``request``; the share of each, or None."""
     if request.whole:
         key = (GPU_RESOURCE, 1.0)

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
-from slicewise.planning.demand import Pool, request_for
+from slicewise.planning.consolidation import Planned, consolidate
+from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.types import (
@@ -63,6 +63,7 @@ def plan_fleet(
     for series in forecasts.series:
         by_node.setdefault(series.hostname, []).append(series)
     plans = []
+    planned: list[Planned] = []
     idle_proposals: dict[tuple[object, ...], Proposal] = {}
     # Nodes in name order: the pending pool is handed out deterministically.
     for obs in sorted(observations, key=lambda o: o.node.name):
@@ -84,6 +85,10 @@ def plan_fleet(
         if plan.action == CHANGE or plan.desired == plan.current:  # demand this node will host
             pool.take(dict(proposal.hosted))
         plans.append(plan)
+        planned.append(Planned(ctx, plan, proposal))
+    if config.policy == "packing" and acting:
+        moved = consolidate(planned, pool, steady_demand(forecasts), catalog, config, now)
+        plans = [moved.get(plan.node, plan) for plan in plans]
     return FleetPlan(
         policy=config.policy,
         predictor=forecasts.predictor,
@@ -99,6 +104,12 @@ def demand_pool(forecasts: Forecasts) -> Pool:
     return Pool(
         (request_for(d.resource, d.share, d.gpus, d.models), d.upper) for d in forecasts.demand if d.upper > 0
     )
+
+
+def steady_demand(forecasts: Forecasts) -> dict[Request, float]:
+    """The pending requests of each kind that waited most of the time (the median): what a disruptive move may
+    count on, where the upper quantile may be a pod that waited a few minutes and started since."""
+    return {request_for(d.resource, d.share, d.gpus, d.models): d.p50 for d in forecasts.demand if d.p50 > 0}
 
 
 def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:
@@ -184,7 +195,7 @@ def _guard(
             f"hysteresis: expected gain {proposal.gain_gpu_hours:.2f} GPU-h/h is below "
             f"{config.min_gain_gpu_hours:.2f}",
         )
-    changed = _last_change(ctx)
+    changed = ctx.last_change()
     if changed is not None and now - changed < timedelta(hours=config.dwell_hours):
         return verdict(
             KEEP,
@@ -200,14 +211,6 @@ def _guard(
         )
         return verdict(action, f"non-evictable GPU pods ({hint}): " + " | ".join(stuck))
     return base
-
-
-def _last_change(ctx: NodeContext) -> datetime | None:
-    raw = ctx.obs.node.annotations.get(LAST_CHANGE_ANNOTATION, "")
-    try:
-        return datetime.fromisoformat(raw) if raw else None
-    except ValueError:
-        return None  # an unreadable annotation does not block the node forever
 
 
 def _apply_budget(plans: list[NodePlan], config: PlannerConfig, managed: int) -> list[NodePlan]:

@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
         help="let the planner share GPUs without MIG by MPS (production leaves those nodes alone)",
     )
     parser.add_argument(
+        "--consolidation",
+        choices=("off", "whole-gpus", "nodes"),
+        default="whole-gpus",
+        help="the planner's consolidation (planner_consolidation; default whole-gpus, as production)",
+    )
+    parser.add_argument(
         "--scheduler",
         choices=SCHEDULERS,
         default=FIRST_FIT,
@@ -164,7 +170,12 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         reconfigure_s=args.reconfigure_s,
         eviction_cost_s=args.eviction_cost_s,
         drain_cap_s=args.drain_cap_days * 86_400,
-        planner=dataclasses.replace(base.planner, plan_gpus_without_mig=args.share_gpus_without_mig),
+        planner=dataclasses.replace(
+            base.planner,
+            plan_gpus_without_mig=args.share_gpus_without_mig,
+            consolidation=args.consolidation,
+            eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
+        ),
         price_per_gpu_hour=prices.default_price,
         prices={name: price.per_gpu_hour for name, price in prices.models.items()},
     )

@@ -6,9 +6,11 @@ and queues; the queue is tried in arrival order, each pod placed by the schedule
 the policy's planner (Slicewise's ``plan_fleet``, unchanged) sees the nodes, their pods and a forecast, and its
 ``change`` verdicts are applied: the node's pods are evicted and requeue (ahead of later arrivals, with their
 remaining run time plus ``eviction_cost_s`` of restart and warm-up), and the node takes ``reconfigure_s``
-before its new slots exist. The planner's own guard rails apply as in production: hysteresis, dwell time (from
-the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget. After the window
-the replay goes on, without arrivals, until every pod has been served (at most ``drain_cap_s``).
+before its new slots exist (``drain_s`` for a consolidation, which keeps the configuration: the node stays
+cordoned while its pods find room elsewhere). The planner's own guard rails apply as in production: hysteresis,
+dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget.
+After the window the replay goes on, without arrivals, until every pod has been served (at most
+``drain_cap_s``).
 
 An hour whose planner inputs cannot differ from the previous hour's (no event for two hours, nothing waiting,
 no change in the last plan, no node inside its dwell time, and for the oracle no event in the next hour) is not
@@ -55,6 +57,9 @@ class BacktestConfig:
     model_map: Mapping[str, str] = field(default_factory=dict)  # node-list model name -> catalogue model
     scheduler: str = FIRST_FIT  # the scheduler model: first-fit, spread or binpack (whatif.fleet)
     reconfigure_s: float = 300.0  # a node is gone this long for a layout or MPS change
+    drain_s: float = (
+        60.0  # a consolidated node stays cordoned this long while its pods are evicted and placed
+    )
     eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
     drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
     step_s: int = 300  # load samples for the forecaster's baselines
@@ -252,11 +257,16 @@ class Replay:
             self._enqueue(pod_id)
             self.meter.evicted()
         self._loaded(node, now)
+        drain_only = (desired.mig_config, desired.device_plugin_config) == (node.mig_config, node.plugin)
         self.fleet.unavailable(node)
         node.last_change = now
         self.pending_changes[index] = (desired.mig_config, desired.device_plugin_config)
-        heapq.heappush(self.events, (now + self.config.reconfigure_s, BACK, index, 0))
-        self.meter.reconfigured()
+        away = self.config.drain_s if drain_only else self.config.reconfigure_s
+        heapq.heappush(self.events, (now + away, BACK, index, 0))
+        if drain_only:
+            self.meter.consolidated()
+        else:
+            self.meter.reconfigured()
 
     def _observations(self, now: float) -> list[NodeObservation]:
         out = []
@@ -310,8 +320,8 @@ class Replay:
         return Forecasts(
             series=tuple(series),
             demand=tuple(
-                DemandForecast(r.resource, float(v), float(v), r.size, r.gpus, r.models)
-                for r, v in sorted(demand.items(), key=lambda item: item[0].label)
+                DemandForecast(r.resource, p50, upper, r.size, r.gpus, r.models)
+                for r, (p50, upper) in sorted(demand.items(), key=lambda item: item[0].label)
             ),
             predictor=predictor,
             trusted=True,
@@ -324,15 +334,20 @@ class Replay:
         allowed = {models.of(name).name for name in pod.models if name in models.by_name}
         return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed)
 
-    def _demand(self, now: float) -> Counter[Request]:
-        """Pending requests per kind as the planner gets them: ``now`` -> what waits now; ``forecast`` -> the P90 of
-        the last hour's samples of what waited (the production baseline, planning.inputs.pending_demand);
-        ``future`` -> the same P90 over the next hour, as it will be if nothing changes (the oracle)."""
+    def _demand(self, now: float) -> dict[Request, tuple[float, float]]:
+        """Pending requests per kind as the planner gets them, (P50, upper): ``now`` -> what waits now;
+        ``forecast`` -> the median and P90 of the last hour's samples of what waited (the production baseline,
+        planning.inputs.pending_demand); ``future`` -> the same over the next hour, as it will be if nothing
+        changes (the oracle)."""
         if self.policy.view == NOW:
-            return +self.queued_demand
+            return {kind: (float(n), float(n)) for kind, n in self.queued_demand.items() if n > 0}
         samples = list(self.waiting_samples) if self.policy.view != FUTURE else self._lookahead(now)
         kinds: set[Request] = set().union(*samples) if samples else set()
-        return Counter({kind: float(np.quantile([s.get(kind, 0) for s in samples], 0.9)) for kind in kinds})
+        out = {}
+        for kind in kinds:
+            counts = [s.get(kind, 0) for s in samples]
+            out[kind] = (float(np.median(counts)), float(np.quantile(counts, 0.9)))
+        return out
 
     def _lookahead(self, now: float) -> list[Counter[Request]]:
         """What will wait at each step of the next hour if the layout stays as it is: the replay forked (its

@@ -13,7 +13,8 @@ Headline figures, what operators pay for:
   overall and per size class in ``wait_by_class`` (fractional, 1 GPU, multi-GPU).
 - ``gpus_releasable``: GPUs of whole nodes with no pod (not being reconfigured), time-averaged: what an
   autoscaler could have removed.
-- ``reconfigs_per_node_hour``, ``pods_evicted``: layout or MPS changes applied and the pods they evicted.
+- ``reconfigs_per_node_hour``, ``consolidations``, ``pods_evicted``: layout or MPS changes applied, nodes drained
+  of their pods without a change (consolidation), and the pods both evicted.
 
 Kept beside them:
 
@@ -92,6 +93,7 @@ class PolicyResult:
     wait_by_class: dict[str, ClassWait]
     gpus_releasable: float
     reconfigs_per_node_hour: float
+    consolidations: int
     pods_evicted: int
     gpu_utilisation: float
     cost: float
@@ -125,7 +127,7 @@ class Meter:
         self.work = self.busy_gpus = self.node_gpus = self.cost = self.releasable = 0.0  # integrals (x s)
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
-        self.reconfigs = self.evictions = self.plans = 0
+        self.reconfigs = self.evictions = self.plans = self.consolidations = 0
         self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
@@ -195,6 +197,10 @@ class Meter:
         self.reconfigs += 1
         self.hour["reconfigs"] += 1
 
+    def consolidated(self) -> None:
+        """A node drained of its pods without a change of configuration (planning.consolidation)."""
+        self.consolidations += 1
+
     def evicted(self) -> None:
         self.evictions += 1
 
@@ -214,6 +220,7 @@ class Meter:
             wait_by_class=by_class,
             gpus_releasable=float(self.releasable / span),
             reconfigs_per_node_hour=self.reconfigs / (self.nodes * span / HOUR_S) if self.nodes else 0.0,
+            consolidations=self.consolidations,
             pods_evicted=self.evictions,
             gpu_utilisation=float(self.work / self.busy_gpus) if self.busy_gpus else 0.0,
             cost=float(self.cost / HOUR_S),

@@ -175,3 +175,26 @@ def test_an_approved_wave_counts_as_passed_and_the_rollout_is_promoted(harness: 
     engine.answer_pause(ctx, rollout_id, True, "alice")
     assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
     assert harness.ledger.waves(rollout_id)[0].status == ledger_mod.WAVE_PASSED
+
+
+def test_a_consolidation_drains_the_node_and_leaves_its_configuration_as_it_was(harness: Harness) -> None:
+    # The planner's consolidation is a change to the configuration the node already has: cordon, evict its GPU
+    # pods through the Eviction API, verify, bake, uncordon. Nothing is relabelled.
+    import dataclasses
+
+    from slicewise.planning.types import DesiredState
+
+    ctx = harness.rollouts(shares=(1.0,))
+    before = harness.labels("sim-h100-1")
+    (plan,) = fleet_plan(["sim-h100-1"]).nodes
+    same = dataclasses.replace(plan, desired=DesiredState(*before), rule="packing: consolidate")
+    started = engine.start(ctx, dataclasses.replace(fleet_plan([]), nodes=(same,)), "plan.json")
+    rollout_id = started["rollout_id"]
+    assert rollout_id is not None and started["waves"] == [["sim-h100-1"]]
+    engine.apply_wave(ctx, rollout_id, 0)
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.finish(ctx, rollout_id)
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert harness.labels("sim-h100-1") == before
+    assert not harness.cluster.get_node("sim-h100-1").unschedulable
+    assert "evicted" in harness.ledger.story(rollout_id)

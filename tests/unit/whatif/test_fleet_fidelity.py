@@ -3,6 +3,7 @@ figure computed by hand on tiny traces."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,21 @@ def test_pods_no_node_of_the_fleet_can_host_are_left_out_with_a_note() -> None:
     assert hostable_on(kept, nodes) is kept
     with pytest.raises(TraceError, match="no pod of the trace fits"):
         hostable_on(PodTrace(trace.pods[1:], ()), nodes)
+
+
+def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
+    # Spreading puts a on n1 and b on n2; c needs both GPUs of one node and waits. At 3600 s reactive empties n1:
+    # a fits n2's free GPU, so it is evicted and placed there at once; n1 stays cordoned 60 s and then takes c.
+    from slicewise.planning.config import PlannerConfig
+
+    pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
+    planner = PlannerConfig(fallback="baseline", plan_gpus_without_mig=True, eviction_cost_s=0.0)
+    config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner)
+    result = replay("reactive", pods, TWO_NODES, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted, result.reconfigs_per_node_hour) == (1, 1, 0.0)
+    assert result.wait_mean_s == pytest.approx((0 + 0 + 3650) / 3)  # c: 10 -> 3660
+    # n1: a until 3600, c 3660-6660; n2: b 1-20001 and a's last 16,400 s from 3600.
+    assert result.node_gpu_hours == pytest.approx(2 * (3600 + 3000 + 20_000) / 3600)
+    off = dataclasses.replace(config, planner=dataclasses.replace(planner, consolidation="off"))
+    stuck = replay("reactive", pods, TWO_NODES, end=30_000, config=off)
+    assert stuck.consolidations == 0 and stuck.wait_mean_s == pytest.approx((20_000 - 10) / 3)

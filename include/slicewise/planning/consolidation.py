@@ -1,0 +1,195 @@
+"""Consolidation: move the pods of a node elsewhere so the node hosts what only it can, or holds nothing.
+
+Placement scatters small pods over the nodes (Kubernetes' default profile spreads them), and a pod that needs
+whole GPUs then waits although the fleet has the GPUs, in pieces. After every node has its plan, the planner
+looks for **donors**: nodes that keep their configuration, whose GPU pods may all be drained, and which, once
+empty, would host pending whole-GPU requests the per-node plans left waiting — or, with
+``planner_consolidation=nodes``, hold so little (at most ``NEARLY_EMPTY`` of their GPUs) that emptying them
+lets a cluster autoscaler remove them. A donor is consolidated only when every one of its pods fits the room
+the other nodes have left under their own plans (the same placement the packing policy uses), and the gain —
+whole-GPU requests hosted (twice their GPUs, as in packing), or the node's GPUs released (``RELEASE_WEIGHT``
+each) — beats the pods' eviction cost (their share x ``planner_eviction_cost_s``) by the hysteresis. The plan
+is a ``change`` to the configuration the node already has: the rollout cordons it, evicts its pods through the
+Eviction API (PodDisruptionBudgets respected, bare pods never), and uncordons it, empty.
+
+Donors are tried least loaded first; the room they use is not offered twice, and a donor is no receiver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from slicewise.catalog import Catalog
+from slicewise.planning import packing
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.demand import EPS, Pool, Request
+from slicewise.planning.node import NodeContext, describe_pod
+from slicewise.planning.packing import Candidate, Slot
+from slicewise.planning.proposal import Proposal
+from slicewise.planning.types import CHANGE, KEEP, NodePlan
+
+OFF, WHOLE_GPUS_ONLY, NODES = "off", "whole-gpus", "nodes"
+MODES = (OFF, WHOLE_GPUS_ONLY, NODES)
+#: A node holding at most this share of its GPUs may be emptied for the autoscaler (mode ``nodes``).
+NEARLY_EMPTY = 0.25
+#: What a released GPU is worth per hour, against the hysteresis and the eviction cost.
+RELEASE_WEIGHT = 1.0
+RULE = "packing: consolidate: move this node's pods to room elsewhere"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A node as the per-node pass left it: its context, its plan and the proposal behind it."""
+
+    ctx: NodeContext
+    plan: NodePlan
+    proposal: Proposal
+
+
+def consolidate(
+    planned: Sequence[Planned],
+    pool: Pool,
+    steady: Mapping[Request, float],
+    catalog: Catalog,
+    config: PlannerConfig,
+    now: datetime,
+) -> dict[str, NodePlan]:
+    """The plans that become consolidations, by node.
+
+    Evicting pods is a cost paid at once, so a consolidation counts only on the requests that waited most of the
+    last hour (``steady``: the median), never on more than the pool still holds."""
+    pool = Pool((r, min(count, steady.get(r, 0.0))) for r, count in pool if r.whole)
+    if config.consolidation == OFF:
+        return {}
+    room = {item.ctx.name: _room(item, catalog) for item in planned if item.plan.action in (KEEP, CHANGE)}
+    out: dict[str, NodePlan] = {}
+    for item in sorted(planned, key=_load_then_name):
+        ctx = item.ctx
+        if not _eligible(item, config, now):
+            continue
+        hosted = _whole_requests_hosted(ctx, pool)
+        value = sum(packing.WHOLE_WEIGHT * r.gpus * count for r, count in hosted.items())
+        held = _held(ctx)
+        release = config.consolidation == NODES and held <= NEARLY_EMPTY * ctx.gpus
+        if release:
+            value += RELEASE_WEIGHT * ctx.gpus
+        if value <= 0:
+            continue
+        receivers = {
+            name: Counter(free) for name, free in room.items() if name != ctx.name and name not in out
+        }
+        if not _fits_elsewhere(ctx, planned, receivers):
+            continue
+        cost = held * config.eviction_cost_s / 3600.0
+        gain = value - cost
+        if gain < config.min_gain_gpu_hours:
+            continue
+        room = {**receivers}  # the room the moved pods take is gone; the donor receives nothing
+        pool.take(hosted)
+        out[ctx.name] = _plan(item, hosted, held, gain, release, config)
+    return out
+
+
+def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:
+    """The slots a node has left under its plan, once its running pods and the requests it plans to host sit."""
+    desired = item.plan.desired
+    candidate = Candidate(
+        catalog.layout_of(desired.mig_config or "all-disabled", item.ctx.model.name),
+        catalog.mps_replicas(desired.device_plugin_config or "default"),
+    )
+    hosting = (
+        Pool(item.proposal.hosted.items())
+        if item.plan.action == CHANGE or desired == item.plan.current
+        else Pool()
+    )
+    return packing.place(item.ctx, candidate, hosting, packing.tenant_value(item.ctx)).free
+
+
+def _load_then_name(item: Planned) -> tuple[float, str]:
+    return (_held(item.ctx), item.ctx.name)
+
+
+def _held(ctx: NodeContext) -> float:
+    """GPU-equivalents the node's running pods hold."""
+    tenant = packing.tenant_value(ctx)
+    return sum(packing.value_of(r, 1.0, tenant) for pod in ctx.obs.pods for r in packing.pod_requests(pod))
+
+
+def _eligible(item: Planned, config: PlannerConfig, now: datetime) -> bool:
+    ctx, plan = item.ctx, item.plan
+    if plan.action != KEEP or plan.desired != plan.current or not ctx.obs.pods:
+        return False
+    if not all(pod.may_drain for pod in ctx.obs.pods):
+        return False
+    changed = ctx.last_change()
+    return changed is None or now - changed >= timedelta(hours=config.dwell_hours)
+
+
+def _whole_requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
+    """The pending whole-GPU requests the node would host once empty, in its current configuration."""
+    if ctx.layout is not None or ctx.replicas != 1:
+        return {}
+    free = ctx.gpus
+    hosted: dict[Request, float] = {}
+    for request, count in pool:
+        if not request.whole or not request.allows(ctx.model.name) or request.gpus > free:
+            continue
+        take = min(count, float(free // request.gpus))
+        if take > EPS:
+            hosted[request] = take
+            free -= round(take * request.gpus)
+    return hosted
+
+
+def _fits_elsewhere(
+    ctx: NodeContext, planned: Sequence[Planned], receivers: dict[str, Counter[Slot]]
+) -> bool:
+    """Place every request of the node's pods in ``receivers`` (changed in place); False if one finds no room."""
+    models = {item.ctx.name: item.ctx.model.name for item in planned}
+    for pod in ctx.obs.pods:
+        for request in packing.pod_requests(pod):
+            for name in sorted(receivers, key=lambda n: (-_used(receivers[n]), n)):
+                if request.allows(models[name]) and packing.take_slot(receivers[name], request) is not None:
+                    break
+            else:
+                return False
+    return True
+
+
+def _used(free: Counter[Slot]) -> float:
+    """Fewer free GPU-equivalents first: pods move to the fullest nodes, as a bin-packing scheduler sends them."""
+    return -sum(share * count for (_, share), count in free.items())
+
+
+def _plan(
+    item: Planned,
+    hosted: dict[Request, float],
+    held: float,
+    gain: float,
+    release: bool,
+    config: PlannerConfig,
+) -> NodePlan:
+    pods = tuple(describe_pod(pod) for pod in item.ctx.obs.pods)
+    reasons = [f"{len(pods)} pods holding {held:.2f} GPU-eq fit the room other nodes keep under their plans"]
+    if hosted:
+        asked = ", ".join(f"{count:g} x {r.gpus} whole GPUs" for r, count in hosted.items())
+        reasons.append(f"emptied, it hosts pending pods that need whole GPUs: {asked}")
+    if release:
+        reasons.append(f"emptied, its {item.ctx.gpus} GPUs can be released (planner_consolidation=nodes)")
+    reasons.append(
+        f"eviction cost {held * config.eviction_cost_s / 3600:.2f} GPU-h; net gain {gain:.2f} GPU-h/h"
+    )
+    served = {r.label: count * r.gpus for r, count in hosted.items()}
+    return dataclasses.replace(
+        item.plan,
+        action=CHANGE,
+        rule=RULE,
+        reasons=(*item.plan.reasons, *reasons),
+        gain_gpu_hours=gain,
+        disruption=pods,
+        pending_served=served,
+    )

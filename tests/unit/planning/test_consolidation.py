@@ -1,0 +1,64 @@
+"""Consolidation: a node is emptied when its pods fit elsewhere and, empty, it hosts what waits for whole GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from slicewise.catalog import Catalog
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.consolidation import RULE
+from slicewise.planning.demand import WHOLE_GPUS
+from slicewise.planning.planner import plan_fleet
+from slicewise.planning.types import CHANGE, KEEP, DemandForecast, FleetPlan, Forecasts
+
+from .conftest import NOW, node, observe, pod, whole_gpu_load
+
+GPU = "nvidia.com/gpu"
+
+
+def _plan(
+    catalog: Catalog, config: PlannerConfig, *, evictable: bool = True, median: float = 1.0
+) -> FleetPlan:
+    """Two 2-GPU H100 nodes without MIG, one single-GPU pod on each; a pod asking for 2 GPUs waits (P90 one
+    pod; ``median`` how many waited most of the last hour)."""
+    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=2) for n in ("h1", "h2")]
+    pods = [pod("svc-1", "h1", GPU, evictable=evictable), pod("svc-2", "h2", GPU)]
+    demand = (DemandForecast(WHOLE_GPUS, median, 1.0, gpus=2),)
+    loads = whole_gpu_load("h1", 2, 0.3) + whole_gpu_load("h2", 2, 0.3)
+    return plan_fleet(
+        [observe(nodes[0], pods[0]), observe(nodes[1], pods[1])],
+        Forecasts(tuple(loads), demand, "p90_last_hour", True),
+        catalog,
+        config,
+        NOW,
+    )
+
+
+def test_a_node_is_emptied_for_a_pod_that_needs_all_its_gpus_when_its_pod_fits_elsewhere(
+    catalog: Catalog,
+) -> None:
+    first, second = _plan(catalog, PlannerConfig(max_change_share=1.0, eviction_cost_s=300.0)).nodes
+    # h1's pod moves to h2's free GPU; emptied, h1 hosts the 2-GPU pod. Its configuration does not change.
+    assert first.action == CHANGE and first.rule == RULE
+    assert first.desired == first.current
+    assert first.disruption == ("team/svc-1 (ReplicaSet)",)
+    assert first.pending_served == {WHOLE_GPUS: 2}
+    # Gain: the 2 whole GPUs count twice (4), less 300 s of the evicted pod's work (its forecast load: 0.3 on
+    # each of h1's two GPUs, one tenant).
+    assert first.gain_gpu_hours == pytest.approx(4 - 0.6 * 300 / 3600)
+    assert second.action == KEEP  # h2 receives the pod, so it is not emptied too
+
+
+def test_a_pod_that_may_not_move_keeps_its_node_and_the_other_one_is_emptied(catalog: Catalog) -> None:
+    first, second = _plan(catalog, PlannerConfig(max_change_share=1.0), evictable=False).nodes
+    assert first.action == KEEP
+    assert second.action == CHANGE and second.rule == RULE
+
+
+def test_no_consolidation_for_a_pod_that_waited_only_minutes_or_when_switched_off(catalog: Catalog) -> None:
+    # A 2-GPU pod that waited under half of the last hour (median 0) is not worth an eviction.
+    assert all(
+        p.action == KEEP for p in _plan(catalog, PlannerConfig(max_change_share=1.0), median=0.0).nodes
+    )
+    off = PlannerConfig(max_change_share=1.0, consolidation="off")
+    assert all(p.action == KEEP for p in _plan(catalog, off).nodes)
