@@ -67,10 +67,11 @@ def consolidate(
         return {}
     room = {item.ctx.name: _room(item, catalog) for item in planned if item.plan.action in (KEEP, CHANGE)}
     out: dict[str, NodePlan] = {}
+    received: set[str] = set()
     for item in sorted(planned, key=_load_then_name):
         ctx = item.ctx
-        if not _eligible(item, config, now):
-            continue
+        if not _eligible(item, config, now) or ctx.name in received:
+            continue  # a receiver of another donor's pods is no donor
         hosted = _whole_requests_hosted(ctx, pool)
         value = sum(packing.WHOLE_WEIGHT * r.gpus * count for r, count in hosted.items())
         held = _held(ctx)
@@ -88,7 +89,8 @@ def consolidate(
         gain = value - cost
         if gain < config.min_gain_gpu_hours:
             continue
-        room = {**receivers}  # the room the moved pods take is gone; the donor receives nothing
+        received |= {name for name, free in receivers.items() if free != room[name]}
+        room = receivers  # the room the moved pods take is gone; the donor receives nothing
         pool.take(hosted)
         out[ctx.name] = _plan(item, hosted, held, gain, release, config)
     return out

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from slicewise.catalog import Catalog
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
+from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
@@ -89,6 +90,7 @@ def plan_fleet(
     if config.policy == "packing" and acting:
         moved = consolidate(planned, pool, steady_demand(forecasts), catalog, config, now)
         plans = [moved.get(plan.node, plan) for plan in plans]
+    notes += _releasable(planned, plans)
     return FleetPlan(
         policy=config.policy,
         predictor=forecasts.predictor,
@@ -97,6 +99,24 @@ def plan_fleet(
         nodes=tuple(_apply_budget(plans, config, len(observations))),
         notes=tuple(notes),
     )
+
+
+def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[str]:
+    """A note naming the nodes without a GPU pod once the plan is done (idle now, or emptied by a consolidation
+    that hosts nothing there): what a cluster autoscaler could remove."""
+    final = {plan.node: plan for plan in plans}
+    empty = [
+        item.ctx.name
+        for item in planned
+        if (not item.ctx.obs.pods and final[item.ctx.name].action != CHANGE)
+        or (final[item.ctx.name].rule == CONSOLIDATED and not final[item.ctx.name].pending_served)
+    ]
+    if not empty:
+        return []
+    shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+    return [
+        f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): {shown}"
+    ]
 
 
 def demand_pool(forecasts: Forecasts) -> Pool:

@@ -62,3 +62,22 @@ def test_no_consolidation_for_a_pod_that_waited_only_minutes_or_when_switched_of
     )
     off = PlannerConfig(max_change_share=1.0, consolidation="off")
     assert all(p.action == KEEP for p in _plan(catalog, off).nodes)
+
+
+def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Catalog) -> None:
+    # Mode nodes, nothing waiting: h1 and h2 each hold one GPU of four (a quarter), h3 nothing.
+    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=4) for n in ("h1", "h2", "h3")]
+    pods = [pod("svc-1", "h1", GPU), pod("svc-2", "h2", GPU)]
+    loads = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, 0.1)]
+    plan = plan_fleet(
+        [observe(nodes[0], pods[0]), observe(nodes[1], pods[1]), observe(nodes[2])],
+        Forecasts(tuple(loads), (), "p90_last_hour", True),
+        catalog,
+        PlannerConfig(max_change_share=1.0, consolidation="nodes"),
+        NOW,
+    )
+    # h1 is emptied into h2's room and released; h2, which receives its pod, is not emptied in turn.
+    assert [p.action for p in plan.nodes] == [CHANGE, KEEP, KEEP]
+    assert plan.nodes[0].rule == RULE and plan.nodes[0].pending_served == {}
+    (note,) = [n for n in plan.notes if n.startswith("releasable")]
+    assert note.endswith("h1, h3")
