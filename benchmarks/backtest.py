@@ -7,12 +7,10 @@ The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspe
 ``static`` makes pods wait 10 minutes or more on average (``SAMPLES``: the cluster must be short of GPUs for
 partitioning to matter; the benchmark says so when a sample no longer qualifies; gpushare100's is the 26-GPU
 sample of issue 13's reference figures), then every headline figure of static, packing, reactive, oracle and
-ideal on five fleets of that sample:
+ideal on four fleets of that sample:
 
-- ``as listed``: each node's GPU model from the node list (none of them has MIG), as production plans it: the
-  planner leaves GPUs without MIG alone;
-- ``MPS on GPUs without MIG``: the same fleet, the planner sharing those GPUs by MPS (``--share-gpus-without-mig``),
-  first-fit, then under Kubernetes' default spreading (``--scheduler spread``) and under the bin-packing profile
+- ``as listed``: each node's GPU model from the node list (none of them has MIG: the planner shares them by MPS),
+  first-fit, under Kubernetes' default spreading (``--scheduler spread``) and under the bin-packing profile
   Slicewise ships (``--scheduler binpack``);
 - ``as A100-80GB``: every GPU modelled as an A100-80GB (``--gpu-model A100-80GB``), the MIG what-if.
 
@@ -56,15 +54,11 @@ def priced() -> BacktestConfig:
 
 
 def fleets(base: BacktestConfig) -> dict[str, BacktestConfig]:
-    sharing = dataclasses.replace(base, planner=dataclasses.replace(base.planner, plan_gpus_without_mig=True))
     return {
-        "as listed": base,
-        "MPS on GPUs without MIG": sharing,
-        "MPS on GPUs without MIG, Kubernetes' default spreading": dataclasses.replace(
-            sharing, scheduler="spread"
-        ),
-        "MPS on GPUs without MIG, the bin-packing profile": dataclasses.replace(sharing, scheduler="binpack"),
-        "as A100-80GB": dataclasses.replace(base, gpu_model="A100-80GB"),
+        "as listed, first-fit": base,
+        "as listed, Kubernetes' default spreading": dataclasses.replace(base, scheduler="spread"),
+        "as listed, the bin-packing profile": dataclasses.replace(base, scheduler="binpack"),
+        "as A100-80GB, first-fit": dataclasses.replace(base, gpu_model="A100-80GB"),
     }
 
 

@@ -27,16 +27,16 @@ def gpu_node(
     *,
     product: str,
     gpu_count: int,
-    mig_config: str,
+    mig_config: str | None,
     allocatable: Mapping[str, int | str],
-    mig_state: str = "success",
+    mig_state: str | None = "success",
     device_plugin_config: str | None = None,
     managed: bool = True,
     unschedulable: bool = False,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One node as the GPU Operator leaves it: GFD labels, ``mig.config`` + ``mig.config.state``, and
+    """One node as the GPU Operator leaves it: GFD labels, ``mig.config`` + ``mig.config.state`` (None: absent), and
     ``status.allocatable`` with cpu/memory/pods plus the given GPU resources (e.g. ``{"nvidia.com/gpu": 8}``
     or ``{"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4}``)."""
     node_labels = {
@@ -46,9 +46,12 @@ def gpu_node(
         **_GFD_LABELS,
         "nvidia.com/gpu.product": product,
         "nvidia.com/gpu.count": str(gpu_count),
-        "nvidia.com/mig.config": mig_config,
-        "nvidia.com/mig.config.state": mig_state,
     }
+    # A node whose GPUs have no MIG has no MIG manager, so neither label (mig_config None).
+    if mig_config is not None:
+        node_labels["nvidia.com/mig.config"] = mig_config
+    if mig_state is not None:
+        node_labels["nvidia.com/mig.config.state"] = mig_state
     if device_plugin_config is not None:
         node_labels["nvidia.com/device-plugin.config"] = device_plugin_config
     if managed:

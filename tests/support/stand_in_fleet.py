@@ -52,7 +52,8 @@ def serving_pod(
 
 
 class StandInOperator:
-    """Completes label changes the way the GPU Operator would: state ``success`` and the new allocatable."""
+    """Completes label changes the way the GPU Operator would: state ``success`` (on GPUs with MIG) and the new
+    allocatable."""
 
     def __init__(self, api: FakeApiServer) -> None:
         self.api = api
@@ -67,14 +68,15 @@ class StandInOperator:
             labels = node["metadata"]["labels"]
             model = self.catalog.model_for_product(labels["nvidia.com/gpu.product"])
             assert model is not None
-            layout = self.catalog.layout_of(labels["nvidia.com/mig.config"], model.name)
+            layout = self.catalog.layout_of(labels.get("nvidia.com/mig.config") or "all-disabled", model.name)
             replicas = self.catalog.mps_replicas(labels.get("nvidia.com/device-plugin.config") or "default")
             wanted = layout_capacity(model, layout, int(labels["nvidia.com/gpu.count"]), replicas)
             allocatable = node["status"]["allocatable"]
             for key in [k for k in allocatable if is_gpu_resource(k)]:
                 del allocatable[key]
             allocatable.update({k: str(v) for k, v in wanted.items()})
-            labels["nvidia.com/mig.config.state"] = "success"
+            if model.mig:  # without MIG there is no MIG manager: only the device plugin reacts
+                labels["nvidia.com/mig.config.state"] = "success"
 
         self.api.update_node_externally(name, apply)
 

@@ -34,9 +34,9 @@ class PlannerConfig:
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
     consolidation: str = "whole-gpus"  # packing: move pods to make room for whole-GPU pods (and free nodes)
     eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
-    # GPUs without MIG (T4, V100, ...) can share only by MPS. The rollout verifies a change by the MIG manager's
-    # state, which such nodes never get, so production leaves them alone; the what-if backtest plans them.
-    plan_gpus_without_mig: bool = False
+    # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
+    # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
+    plan_gpus_without_mig: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -73,6 +73,7 @@ class PlannerConfig:
             fallback=settings.planner_fallback,
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
+            plan_gpus_without_mig=settings.planner_gpus_without_mig,
         )
 
 

@@ -34,10 +34,7 @@ from slicewise.planning.types import (
     SeriesForecast,
 )
 
-WITHOUT_MIG = (
-    "GPUs without MIG share only by MPS, and the rollout verifies a change by the MIG manager's state, which "
-    "these nodes never get: left alone"
-)
+WITHOUT_MIG = "GPUs without MIG, and planner_gpus_without_mig=false: left alone"
 
 
 def plan_fleet(

@@ -94,7 +94,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     waves = plan_waves([p.node for p in changes], ctx.shares)
     desired = {
         p.node: {
-            "nvidia.com/mig.config": p.desired.mig_config,
+            # A node whose GPUs have no MIG carries no mig.config label: none is written.
+            "nvidia.com/mig.config": p.desired.mig_config or None,
             "nvidia.com/device-plugin.config": p.desired.device_plugin_config,
         }
         for p in changes

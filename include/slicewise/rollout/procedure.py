@@ -91,6 +91,13 @@ def expected_allocatable(node: GpuNode, labels: Mapping[str, str | None], catalo
         raise NodeFailed(f"the wanted configuration is not valid for {model.name}: {exc}") from None
 
 
+def _without_mig_manager(node: GpuNode, catalog: Catalog) -> str:
+    """``success`` for a node whose GPUs have no MIG: no MIG manager runs there (it never writes a state), so the
+    device plugin advertising the wanted resources is the whole verification. "" otherwise."""
+    model = catalog.model_for_product(node.gpu_product)
+    return "success" if model is not None and not model.mig else ""
+
+
 def _gpu_allocatable(node: GpuNode) -> dict[str, int]:
     return {k: v for k, v in node.allocatable.items() if is_gpu_resource(k) and v}
 
@@ -246,7 +253,7 @@ class Procedure:
                     result[name] = str(why)
                     del waiting[name]
                     continue
-                state = node.labels.get(MIG_STATE_LABEL, "")
+                state = node.labels.get(MIG_STATE_LABEL, "") or _without_mig_manager(node, self.catalog)
                 if state == "failed":
                     result[name] = "the MIG manager reported mig.config.state=failed"
                 elif state == "success" and _gpu_allocatable(node) == {
@@ -263,7 +270,7 @@ class Procedure:
             if self.clock.now().timestamp() - started >= self.timing.mig_timeout_s:
                 for name in waiting:
                     node = self.backend.get_node(name)
-                    state = node.labels.get(MIG_STATE_LABEL, "")
+                    state = node.labels.get(MIG_STATE_LABEL, "") or _without_mig_manager(node, self.catalog)
                     result[name] = (
                         f"still {state or 'unknown'} after {self.timing.mig_timeout_s:g} s"
                         if state != "success"

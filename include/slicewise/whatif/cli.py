@@ -59,9 +59,9 @@ def register(subparsers: Any) -> None:
         help="the node list's GPU model NAME is catalogue MODEL (repeatable), e.g. G2=A100-80GB",
     )
     parser.add_argument(
-        "--share-gpus-without-mig",
+        "--leave-gpus-without-mig",
         action="store_true",
-        help="let the planner share GPUs without MIG by MPS (production leaves those nodes alone)",
+        help="the planner leaves GPUs without MIG alone (planner_gpus_without_mig=false)",
     )
     parser.add_argument(
         "--consolidation",
@@ -172,7 +172,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         drain_cap_s=args.drain_cap_days * 86_400,
         planner=dataclasses.replace(
             base.planner,
-            plan_gpus_without_mig=args.share_gpus_without_mig,
+            plan_gpus_without_mig=not args.leave_gpus_without_mig,
             consolidation=args.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
         ),

@@ -185,9 +185,9 @@ def test_gpus_without_mig_are_left_alone_in_production_and_shared_by_mps_where_p
         forecasts(whole_gpu_load("t4", 2, 0.1), {"nvidia.com/gpu": 3}),
         catalog,
     )
-    (left,) = plan_fleet(*inputs, PlannerConfig(), NOW).nodes
-    assert left.action == SKIP and "MIG manager" in left.reasons[0]
-    (shared,) = plan_fleet(*inputs, PlannerConfig(plan_gpus_without_mig=True), NOW).nodes
+    (left,) = plan_fleet(*inputs, PlannerConfig(plan_gpus_without_mig=False), NOW).nodes
+    assert left.action == SKIP and "planner_gpus_without_mig=false" in left.reasons[0]
+    (shared,) = plan_fleet(*inputs, PlannerConfig(), NOW).nodes
     # One tenant and three pending on two GPUs: two tenants per GPU (mps-2).
     assert shared.action == CHANGE and shared.desired.device_plugin_config == "mps-2"
     assert shared.desired.mig_config == "all-disabled"

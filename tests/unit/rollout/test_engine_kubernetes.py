@@ -134,3 +134,60 @@ def test_an_api_that_keeps_failing_fails_the_wave_and_the_rollback_restores_the_
     assert result["status"] == ledger_mod.ROLLED_BACK
     assert node_labels(api, NODE)[MIG] == "all-balanced"
     assert not api.node(NODE)["spec"].get("unschedulable")
+
+
+def _t4_server() -> FakeApiServer:
+    from tests.support.k8s_objects import gpu_node
+
+    t4 = gpu_node(
+        "t4-0",
+        product="Tesla-T4",
+        gpu_count=2,
+        mig_config=None,  # no MIG, so no MIG manager and neither mig.config label
+        mig_state=None,
+        allocatable={"nvidia.com/gpu": 2},
+        device_plugin_config="default",
+    )
+    return FakeApiServer(nodes=[t4], pods=[serving_pod("t4-0", evictable=True)], token=TOKEN)
+
+
+def _mps_on_t4(harness: Harness, cluster: Any) -> int:
+    import dataclasses
+
+    from slicewise.planning.types import DesiredState
+
+    (plan,) = fleet_plan(["sim-h100-1"]).nodes
+    t4 = dataclasses.replace(
+        plan, node="t4-0", current=DesiredState("", "default"), desired=DesiredState("", "mps-2")
+    )
+    ctx = harness.rollouts(backend=cluster, shares=(1.0,))
+    rollout_id = engine.start(ctx, dataclasses.replace(fleet_plan([]), nodes=(t4,)), "plan.json")[
+        "rollout_id"
+    ]
+    assert rollout_id is not None
+    engine.apply_wave(ctx, rollout_id, 0)
+    return int(rollout_id)
+
+
+def test_mps_on_a_gpu_without_mig_is_verified_by_what_the_device_plugin_advertises(harness: Harness) -> None:
+    with _t4_server() as api:
+        rollout_id = _mps_on_t4(harness, Reacting(backend(api), StandInOperator(api)))
+        record = harness.ledger.node(rollout_id, "t4-0")
+        labels = node_labels(api, "t4-0")
+        allocatable = api.node("t4-0")["status"]["allocatable"]["nvidia.com/gpu"]
+    assert record.status == ledger_mod.DONE, record.detail
+    assert labels["nvidia.com/device-plugin.config"] == "mps-2"
+    assert MIG not in labels and "nvidia.com/mig.config.state" not in labels  # nothing written for MIG
+    assert allocatable == "4"
+
+
+def test_mps_on_a_gpu_without_mig_fails_while_the_device_plugin_still_advertises_whole_gpus(
+    harness: Harness,
+) -> None:
+    with _t4_server() as api:
+        operator = StandInOperator(api)
+        operator.idle = True  # the device plugin never restarts with the new config
+        rollout_id = _mps_on_t4(harness, Reacting(backend(api), operator))
+        record = harness.ledger.node(rollout_id, "t4-0")
+    assert record.status == ledger_mod.FAILED
+    assert "stale success: allocatable {'nvidia.com/gpu': 2}" in record.detail

@@ -215,7 +215,7 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     from slicewise.planning.config import PlannerConfig
 
     pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
-    planner = PlannerConfig(fallback="baseline", plan_gpus_without_mig=True, eviction_cost_s=0.0)
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
     config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner)
     result = replay("reactive", pods, TWO_NODES, end=30_000, config=config)
     assert (result.consolidations, result.pods_evicted, result.reconfigs_per_node_hour) == (1, 1, 0.0)
