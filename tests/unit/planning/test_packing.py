@@ -147,10 +147,12 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
     whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
     shared = node("h2", model="H100-80GB", mig_config="all-disabled", plugin="mps-4", gpus=4)
     tenant = pod("svc-0", "h2", "nvidia.com/gpu")
-    demand = {"nvidia.com/gpu": 12, WHOLE_GPUS: 6}  # many tenants, and pods wanting 6 whole GPUs
+    loads = whole_gpu_load("h1", 4, 0.0, memory=0.0) + whole_gpu_load("h2", 4, 0.05)
+    # Many tenants, and pods wanting 6 whole GPUs that waited all of the last hour (median = P90 = 6).
+    demand = (DemandForecast("nvidia.com/gpu", 6, 12), DemandForecast(WHOLE_GPUS, 6, 6))
     plan = plan_fleet(
         [observe(whole), observe(shared, tenant)],
-        forecasts(whole_gpu_load("h1", 4, 0.0, memory=0.0) + whole_gpu_load("h2", 4, 0.05), demand),
+        dataclasses.replace(forecasts(loads), demand=demand),
         catalog,
         PlannerConfig(max_change_share=1.0),
         NOW,
@@ -174,6 +176,25 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
         NOW,
     )
     assert plan.nodes[0].desired.device_plugin_config != "default"
+
+
+def test_whole_gpus_are_kept_only_for_pods_that_waited_most_of_the_hour(catalog: Catalog) -> None:
+    from slicewise.planning.demand import WHOLE_GPUS
+
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
+    loads = whole_gpu_load("h1", 4, 0.0, memory=0.0)
+
+    def plan_for(whole_p50: float) -> str:
+        # 12 tenants wait all hour; pods wanting 4 whole GPUs waited at the P90 sample, and at the median or not.
+        demand = (DemandForecast("nvidia.com/gpu", 12, 12), DemandForecast(WHOLE_GPUS, whole_p50, 4))
+        forecast = dataclasses.replace(forecasts(loads), demand=demand)
+        plan = plan_fleet([observe(whole)], forecast, catalog, PlannerConfig(max_change_share=1.0), NOW)
+        return plan.nodes[0].desired.device_plugin_config
+
+    # Waiting at the median: the GPUs stay whole for them (4 x 2 GPU-eq beat 12 tenants of 1/4).
+    assert plan_for(4) == "default"
+    # Seen only at the upper quantile (waited a few minutes, started since): the tenants get the GPUs.
+    assert plan_for(0) != "default"
 
 
 def test_gpus_without_mig_are_left_alone_in_production_and_shared_by_mps_where_planned(
