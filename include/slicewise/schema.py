@@ -53,12 +53,17 @@ GPU_DTYPES: Final[dict[str, str]] = {
 
 #: kube-state-metrics demand frame.
 DEMAND_LABELS: Final = ("namespace", "pod", "container", "node", "resource")
-DEMAND_COLUMNS: Final = (TIMESTAMP, *DEMAND_LABELS, "requested", "unschedulable")
+#: The forms a pod accepts beyond its resource requests (planning.demand): its declared share of a GPU and the
+#: GPU product its nodeSelector names. Partitions written before these columns existed read as neither.
+DEMAND_FORMS: Final = ("declared_share", "gpu_product")
+DEMAND_COLUMNS: Final = (TIMESTAMP, *DEMAND_LABELS, "requested", "unschedulable", *DEMAND_FORMS)
 DEMAND_DTYPES: Final[dict[str, str]] = {
     TIMESTAMP: "datetime64[ns, UTC]",
     **dict.fromkeys(DEMAND_LABELS, "string"),
     "requested": "float64",  # units of the resource (whole GPUs, MIG slices or MPS replicas)
     "unschedulable": "bool",  # kube_pod_status_unschedulable == 1 at that instant
+    "declared_share": "float64",  # the pod's slicewise.io/gpu-share annotation; NaN when it has none
+    "gpu_product": "string",  # its nodeSelector's nvidia.com/gpu.product; "" when it names none
 }
 
 #: kube-state-metrics series names used for demand.
@@ -66,5 +71,26 @@ KSM_REQUESTS: Final = "kube_pod_container_resource_requests"
 KSM_UNSCHEDULABLE: Final = "kube_pod_status_unschedulable"
 KSM_NODE_CAPACITY: Final = "kube_node_status_capacity"
 KSM_NODE_ALLOCATABLE: Final = "kube_node_status_allocatable"
+#: Exported only when kube-state-metrics runs with ``--metric-annotations-allowlist=pods=[slicewise.io/gpu-share]``.
+KSM_POD_ANNOTATIONS: Final = "kube_pod_annotations"
+#: Opt-in: ``--metric-opt-in-list=kube_pod_nodeselectors``.
+KSM_POD_NODESELECTORS: Final = "kube_pod_nodeselectors"
+#: The annotation a pod declares its share of one GPU with, in (0, 1] (see planning.demand).
+GPU_SHARE_ANNOTATION: Final = "slicewise.io/gpu-share"
+#: The labels kube-state-metrics gives them (``/``, ``.`` and ``-`` sanitised to ``_``).
+SHARE_ANNOTATION_LABEL: Final = "annotation_slicewise_io_gpu_share"
+PRODUCT_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_product"
 #: GPU extended resources as kube-state-metrics sanitises them (`nvidia.com/mig-1g.10gb` -> `nvidia_com_mig_1g_10gb`).
 GPU_RESOURCE_REGEX: Final = "nvidia_com_(gpu|mig_.*)"
+
+
+def parse_gpu_share(raw: str | None) -> float | None:
+    """A ``slicewise.io/gpu-share`` value as a share of one GPU in (0, 1]; None when absent or not such a share (a
+    malformed value is ignored: the pod keeps to the resources it requests)."""
+    if raw is None:
+        return None
+    try:
+        share = float(raw)
+    except ValueError:
+        return None
+    return share if 0 < share <= 1 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -162,6 +163,41 @@ def test_demand_frame_flags_unschedulable_pods() -> None:
     flagged = frame[frame["unschedulable"]]
     assert flagged[["pod", "requested"]].values.tolist() == [["train-2", 2.0]]
     assert (frame[frame["pod"] == "train-2"]["node"] == "").all()
+
+
+def test_demand_frame_carries_each_pods_declared_share_and_gpu_product() -> None:
+    pod_a = {"namespace": "ml", "pod": "embed-0", "container": "main", "resource": "nvidia_com_gpu"}
+    pod_b = {"namespace": "ml", "pod": "train-0", "container": "main", "resource": "nvidia_com_gpu"}
+    pod_c = {"namespace": "ml", "pod": "odd-0", "container": "main", "resource": "nvidia_com_gpu"}
+    shape_share = frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL)
+    shape_product = frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL)
+    ids = {"namespace": "ml", "uid": "u"}
+    shares = frames.compact(
+        [
+            # The annotation changed mid-window: the latest value wins.
+            series({**ids, "pod": "embed-0", schema.SHARE_ANNOTATION_LABEL: "0.5"}, [1.0]),
+            series({**ids, "pod": "embed-0", schema.SHARE_ANNOTATION_LABEL: "0.25"}, [1.0], start=T0 + 60),
+            series({**ids, "pod": "odd-0", schema.SHARE_ANNOTATION_LABEL: "lots"}, [1.0]),  # not a share
+        ],
+        shape_share,
+    )
+    products = frames.compact(
+        [series({**ids, "pod": "train-0", schema.PRODUCT_SELECTOR_LABEL: "NVIDIA-H100-80GB-HBM3"}, [1.0])],
+        shape_product,
+    )
+    frame = frames.demand_frame(
+        [series(pod_a, [1.0, 1.0]), series(pod_b, [1.0, 1.0]), series(pod_c, [1.0, 1.0])],
+        [],
+        shares,
+        products,
+    )
+    by_pod = frame.drop_duplicates("pod").set_index("pod")
+    assert by_pod.loc["embed-0", "declared_share"] == 0.25
+    assert np.isnan(by_pod.loc["train-0", "declared_share"]) and np.isnan(
+        by_pod.loc["odd-0", "declared_share"]
+    )
+    assert by_pod["gpu_product"].to_dict() == {"embed-0": "", "train-0": "NVIDIA-H100-80GB-HBM3", "odd-0": ""}
+    assert frame.dtypes.astype(str).to_dict() == schema.DEMAND_DTYPES
 
 
 def handover_results(old_values: list[float], new_start_step: int, new_values: list[float]) -> dict[str, Any]:

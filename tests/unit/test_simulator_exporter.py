@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import urllib.request
 from collections import defaultdict
 
@@ -13,9 +14,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from slicewise import schema
+from slicewise.metrics import frames
 from slicewise.simulator import demand, gpu_samples
 from slicewise.simulator.exporter import make_registry, serve
-from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.fleet import Fleet, load_config
 
 #: Monday 2024-01-08 14:00:30 UTC: peak hours, so pods are pending too
 INSTANT = 1_704_672_000 + 14 * 3600 + 30
@@ -44,6 +46,8 @@ def test_exporter_serves_exactly_the_schema_metric_names(scraped: dict[str, Metr
     expected = set(DCGM_NAMES) | {
         schema.KSM_REQUESTS,
         schema.KSM_UNSCHEDULABLE,
+        schema.KSM_POD_ANNOTATIONS,
+        schema.KSM_POD_NODESELECTORS,
         schema.KSM_NODE_CAPACITY,
         schema.KSM_NODE_ALLOCATABLE,
     }
@@ -138,6 +142,47 @@ def test_ksm_series_equal_the_demand_frame(fleet: Fleet, scraped: dict[str, Metr
     }
     pending = expected[expected["unschedulable"]]
     assert unschedulable == dict.fromkeys(zip(pending["namespace"], pending["pod"], strict=True), 1.0)
+
+
+def test_declared_shares_and_product_selectors_round_trip_as_kube_state_metrics_exports_them() -> None:
+    # given a fleet whose embedders declare a quarter of a GPU and whose LLM servers select A100-80GBs
+    config = copy.deepcopy(load_config())
+    config["workloads"]["search-embed"]["gpu_share"] = 0.25
+    config["workloads"]["llm-serve"]["gpu_product"] = "NVIDIA-A100-SXM4-80GB"
+    fleet = Fleet.from_config(config)
+    expected = demand(fleet, [INSTANT])
+    scraped = _scrape(fleet)
+
+    # then each of their pods carries the label kube-state-metrics gives the annotation / the nodeSelector
+    def pods_with(family: str, label: str) -> dict[str, str]:
+        return {s.labels["pod"]: s.labels[label] for s in scraped[family].samples}
+
+    shares = pods_with(schema.KSM_POD_ANNOTATIONS, schema.SHARE_ANNOTATION_LABEL)
+    products = pods_with(schema.KSM_POD_NODESELECTORS, schema.PRODUCT_SELECTOR_LABEL)
+    embed = set(expected.loc[expected["pod"].str.startswith("search-embed"), "pod"])
+    llm = set(expected.loc[expected["pod"].str.startswith("llm-serve"), "pod"])
+    assert embed and llm
+    assert shares == dict.fromkeys(embed, "0.25")
+    assert products == dict.fromkeys(llm, "NVIDIA-A100-SXM4-80GB")
+
+    # and the ingest's frame builder reads them back into the demand frame's form columns
+    def as_series(family: str) -> list[dict[str, object]]:
+        return [{"metric": s.labels, "values": [[INSTANT, str(s.value)]]} for s in scraped[family].samples]
+
+    frame = frames.demand_frame(
+        as_series(schema.KSM_REQUESTS),
+        as_series(schema.KSM_UNSCHEDULABLE),
+        frames.compact(
+            as_series(schema.KSM_POD_ANNOTATIONS), frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL)
+        ),
+        frames.compact(
+            as_series(schema.KSM_POD_NODESELECTORS), frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL)
+        ),
+    )
+    key = ["namespace", "pod", "container", "resource"]
+    got = frame.set_index(key).sort_index()[["declared_share", "gpu_product"]]
+    want = expected.set_index(key).sort_index()[["declared_share", "gpu_product"]]
+    pd.testing.assert_frame_equal(got, want)
 
 
 def test_node_capacity_and_allocatable_list_the_gpu_resources(

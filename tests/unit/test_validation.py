@@ -95,6 +95,8 @@ def demand_frame() -> pd.DataFrame:
             "resource": ["nvidia_com_gpu", "nvidia_com_mig_3g.20gb", "nvidia_com_gpu"],
             "requested": [1.0, 1.0, 2.0],
             "unschedulable": [False, False, True],
+            "declared_share": [0.5, float("nan"), float("nan")],
+            "gpu_product": ["", "", "NVIDIA-A100-SXM4-80GB"],
         }
     )
     return frame.astype(schema.DEMAND_DTYPES)
@@ -400,6 +402,17 @@ DEMAND_BAD = [
     ),
     ("unschedulable not bool", lambda f: f.assign(unschedulable=[0.0, 0.0, 1.0]), "column unschedulable"),
     ("empty pod", lambda f: f.assign(pod=pd.array(["", "a", "b"], dtype="string")), "demand pod empty"),
+    (
+        "declared share over 1",
+        lambda f: f.assign(declared_share=[1.5, np.nan, np.nan]),
+        "demand declared_share outside (0, 1]",
+    ),
+    ("declared share 0", lambda f: f.assign(declared_share=[0.0, np.nan, np.nan]), "declared_share outside"),
+    (
+        "null product",
+        lambda f: f.assign(gpu_product=pd.array([None, "", ""], dtype="string")),
+        "demand gpu_product missing",
+    ),
 ]
 
 

@@ -11,13 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from slicewise import schema
+
 #: Opt-in: only nodes carrying this label with value "true" are listed, planned or changed.
 MANAGED_LABEL = "slicewise.io/managed"
 #: Opt-in per pod: Slicewise may evict a GPU pod only when it carries this annotation with value "true".
 EVICTABLE_ANNOTATION = "slicewise.io/evictable"
 #: The share of one GPU a pod declares it needs ("0.5"): opting in to any MIG instance, MPS tenant or whole GPU at
 #: least that big (slicewise.planning.demand).
-GPU_SHARE_ANNOTATION = "slicewise.io/gpu-share"
+GPU_SHARE_ANNOTATION = schema.GPU_SHARE_ANNOTATION
 #: When Slicewise last changed the node's layout (ISO 8601, UTC): the dwell-time guard reads it.
 LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
 

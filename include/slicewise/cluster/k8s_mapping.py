@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import InvalidOperation
 from typing import Any
 
+from slicewise import schema
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     EVICTABLE_ANNOTATION,
@@ -219,12 +220,7 @@ def gpu_pod_from_api(pod: Any, pdbs: Sequence[Any]) -> GpuPod | None:
 def declared_share(annotations: Mapping[str, str]) -> float | None:
     """The share of a GPU a pod declares (``slicewise.io/gpu-share``, in (0, 1]); None when absent or not a share
     (a malformed value is ignored: the pod keeps to the resources it requests)."""
-    raw = annotations.get(GPU_SHARE_ANNOTATION)
-    try:
-        share = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return share if share is not None and 0 < share <= 1 else None
+    return schema.parse_gpu_share(annotations.get(GPU_SHARE_ANNOTATION))
 
 
 def labels_differing(labels: Mapping[str, str], expected: Mapping[str, str | None]) -> list[str]:

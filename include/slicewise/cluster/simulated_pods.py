@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from slicewise import schema
 from slicewise.catalog import resource_for_profile
 from slicewise.cluster import mig_manager
 from slicewise.cluster.base import EVICTABLE_ANNOTATION, EvictionBlocked, GpuPod
@@ -160,6 +161,7 @@ def gpu_pod(pod: SimulatedPod, config: Mapping[str, Any]) -> GpuPod:
         evictable=not blockers,
         blockers=tuple(blockers),
         budget_blocked=blockers == [budget] if config.get("pdb_blocks", False) else False,
+        share=schema.parse_gpu_share(str(config["gpu_share"])) if "gpu_share" in config else None,
     )
 
 

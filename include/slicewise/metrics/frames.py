@@ -73,6 +73,17 @@ def demand_labels(labels: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _last_per_pod(series: Iterable[CompactSeries]) -> dict[tuple[str, ...], str]:
+    """(namespace, pod) -> the form value of its latest sample."""
+    latest: dict[tuple[str, ...], tuple[int, str]] = {}
+    for item in series:
+        pod, value = item.labels[:2], item.labels[2]
+        last = int(item.ms.max()) if len(item.ms) else -1
+        if value and (pod not in latest or last >= latest[pod][0]):
+            latest[pod] = (last, value)
+    return {pod: value for pod, (_, value) in latest.items()}
+
+
 def gpu_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
     shaped = gpu_labels(labels)
     return tuple(shaped[name] for name in schema.GPU_LABELS)
@@ -86,6 +97,15 @@ def demand_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
 def pod_label_tuple(labels: Mapping[str, str]) -> tuple[str, ...]:
     shaped = demand_labels(labels)
     return tuple(shaped[name] for name in DEMAND_POD)
+
+
+def pod_form_shape(label: str) -> LabelShape:
+    """The shape of a per-pod kube-state-metrics series carrying one form in ``label``: (namespace, pod, value)."""
+
+    def shape(labels: Mapping[str, str]) -> tuple[str, ...]:
+        return (*pod_label_tuple(labels), labels.get(label, ""))
+
+    return shape
 
 
 def compact(raw: Iterable[Series | CompactSeries], shape: LabelShape) -> list[CompactSeries]:
@@ -269,9 +289,14 @@ def gpu_frame(
 
 
 def demand_frame(
-    requests: Iterable[Series | CompactSeries], unschedulable: Iterable[Series | CompactSeries]
+    requests: Iterable[Series | CompactSeries],
+    unschedulable: Iterable[Series | CompactSeries],
+    shares: Iterable[CompactSeries] = (),
+    products: Iterable[CompactSeries] = (),
 ) -> pd.DataFrame:
-    """Build the demand frame: every GPU request of every pod container, flagged when the pod is unschedulable."""
+    """Build the demand frame: every GPU request of every pod container, flagged when the pod is unschedulable,
+    with the pod's declared share and the GPU product its nodeSelector names (``shares`` / ``products``: series
+    shaped by :func:`pod_form_shape`; a pod's last value wins)."""
     import pandas as pd
 
     index = _SeriesIndex()
@@ -296,6 +321,11 @@ def demand_frame(
     ]
     row_keys = row_pods[codes] * 2**42 + wide["ms"].to_numpy() if len(codes) else np.empty(0, dtype=np.int64)
     wide["unschedulable"] = np.isin(row_keys, np.concatenate(pending_keys)) if pending_keys else False
+    pods = list(zip(labels["namespace"], labels["pod"], strict=True))
+    share_of, product_of = _last_per_pod(shares), _last_per_pod(products)
+    declared = np.array([schema.parse_gpu_share(share_of.get(p)) for p in pods], dtype=np.float64)
+    wide["declared_share"] = declared[codes] if len(codes) else np.empty(0)
+    wide["gpu_product"] = np.array([product_of.get(p, "") for p in pods], dtype=object)[codes]
     wide[schema.TIMESTAMP] = pd.to_datetime(wide["ms"].astype("int64"), unit="ms", utc=True)
     frame = wide[list(schema.DEMAND_COLUMNS)].astype(schema.DEMAND_DTYPES)
     return frame.sort_values([schema.TIMESTAMP, *schema.DEMAND_LABELS], ignore_index=True)

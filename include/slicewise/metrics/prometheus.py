@@ -207,7 +207,15 @@ class PrometheusReader:
             self._range("unschedulable pods", promql.demand_unschedulable_query(step_s), start, end),
             frames.pod_label_tuple,
         )
-        return frames.demand_frame(requests, pending)
+        shares = frames.compact(
+            self._range("declared GPU shares", promql.demand_share_query(step_s), start, end),
+            frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL),
+        )
+        products = frames.compact(
+            self._range("GPU product selectors", promql.demand_product_query(step_s), start, end),
+            frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL),
+        )
+        return frames.demand_frame(requests, pending, shares, products)
 
 
 def _is_transient(exc: BaseException) -> bool:

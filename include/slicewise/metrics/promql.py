@@ -77,6 +77,22 @@ def demand_unschedulable_query(step_s: int) -> str:
     return f"last_over_time({schema.KSM_UNSCHEDULABLE}[{step_window(step_s)}]) == 1"
 
 
+def demand_share_query(step_s: int) -> str:
+    """Pods' declared shares (``slicewise.io/gpu-share``), as kube-state-metrics exports allowlisted annotations."""
+    return (
+        f'last_over_time({schema.KSM_POD_ANNOTATIONS}{{{schema.SHARE_ANNOTATION_LABEL}!=""}}'
+        f"[{step_window(step_s)}])"
+    )
+
+
+def demand_product_query(step_s: int) -> str:
+    """Pods' ``nvidia.com/gpu.product`` nodeSelectors (kube-state-metrics' opt-in ``kube_pod_nodeselectors``)."""
+    return (
+        f'last_over_time({schema.KSM_POD_NODESELECTORS}{{{schema.PRODUCT_SELECTOR_LABEL}!=""}}'
+        f"[{step_window(step_s)}])"
+    )
+
+
 def shard_hosts(series_per_host: dict[str, int], series_per_shard: int) -> list[list[str]]:
     """Group hosts so each shard holds at most ``series_per_shard`` series (a host is never split).
 

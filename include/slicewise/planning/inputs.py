@@ -3,9 +3,10 @@ the pending demand, and which predictor to trust (the forecaster Asset's verdict
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -132,41 +133,66 @@ def pending_demand(
     (steps with nothing pending count as 0). A baseline forecast, stated as such in the README.
 
     Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
-    request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``."""
+    request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``; a pod that declares a share
+    (``declared_share``) is one request of that share, and one whose nodeSelector names a GPU product
+    (``gpu_product``) allows that catalogue model only (a product the catalogue does not know: no model)."""
+
     if demand.empty:
         return []
     seconds = _seconds(demand["timestamp"])
     end = int(seconds.max())
     steps = np.arange(end - 3600 + step_s, end + 1, step_s)
     recent = demand[(seconds > end - 3600) & demand["unschedulable"].astype(bool).to_numpy()]
-    names = ksm_resource_names(catalog)
     if recent.empty:
         return []
-    recent = recent.assign(second=_seconds(recent["timestamp"]))
-    pools: dict[tuple[str, int], pd.Series] = {}
-    for resource, group in recent.groupby("resource", observed=True):
-        name = names.get(str(resource), str(resource))
-        if name != GPU_RESOURCE or "pod" not in recent.columns:
-            pools[(name, 1)] = group.groupby("second")["requested"].sum()
-            continue
-        per_pod = (
-            group.groupby(["second", "namespace", "pod"], observed=True)["requested"].sum().reset_index()
-        )
-        single = per_pod[per_pod["requested"] <= 1]
-        if not single.empty:
-            pools[(GPU_RESOURCE, 1)] = single.groupby("second")["requested"].sum()
-        multi = per_pod[per_pod["requested"] > 1]
-        for gpus in sorted({round(float(g)) for g in multi["requested"]}):
-            pods = multi[multi["requested"].round() == gpus]
-            pools[(WHOLE_GPUS, gpus)] = pods.groupby("second")["pod"].count()
+    names = ksm_resource_names(catalog)
+    recent = recent.assign(
+        second=_seconds(recent["timestamp"]),
+        resource=recent["resource"].astype(str).map(lambda r: names.get(r, r)),
+        **_forms(recent, catalog),
+    )
+    keys = ["resource", "share", "models"]
+    pools: dict[tuple[str, float | None, int, tuple[str, ...]], pd.Series] = {}
+    if "pod" in recent.columns:
+        per_pod = recent.groupby(["second", "namespace", "pod", *keys], observed=True, dropna=False)
+        pods = per_pod["requested"].sum().reset_index()
+        pods["gpus"] = np.where(
+            pods["resource"] == GPU_RESOURCE, pods["requested"].round().clip(lower=1), 1
+        ).astype(int)
+        # A pod's units of its resource count as requests, except a pod of one kind counted once: k GPUs, or a
+        # declared share.
+        pods["count"] = np.where((pods["gpus"] > 1) | pods["share"].notna(), 1.0, pods["requested"])
+    else:
+        pods = recent.assign(gpus=1, count=recent["requested"])
+    for key, group in pods.groupby([*keys, "gpus"], dropna=False):
+        resource, share, models, gpus = cast("tuple[str, float, tuple[str, ...], int]", key)
+        size = None if math.isnan(share) else float(share)
+        pools[(str(resource), size, int(gpus), models)] = group.groupby("second")["count"].sum()
     out = []
-    for (resource, gpus), per_second in pools.items():
+    for (resource, size, gpus, models), per_second in pools.items():
         per_step = per_second.reindex(steps, fill_value=0.0).to_numpy(float)
         upper = float(np.quantile(per_step, quantile))
         median = float(np.median(per_step))
         if upper > 0 or median > 0:
-            out.append(DemandForecast(resource, median, upper, gpus=gpus))
-    return sorted(out, key=lambda d: (d.resource, d.gpus))
+            kind = WHOLE_GPUS if gpus > 1 else resource
+            out.append(DemandForecast(kind, median, upper, size, gpus, models))
+    return sorted(out, key=lambda d: (d.resource, d.gpus, d.share or 0.0, d.models))
+
+
+def _forms(recent: pd.DataFrame, catalog: Catalog) -> dict[str, Any]:
+    """The ``share`` and ``models`` columns: each row's declared share (NaN: none) and allowed models (())."""
+    shares = recent["declared_share"] if "declared_share" in recent.columns else np.nan
+    products = recent["gpu_product"].fillna("").astype(str) if "gpu_product" in recent.columns else None
+    if products is None:
+        return {"share": shares, "models": [()] * len(recent)}
+
+    def allowed(product: str) -> tuple[str, ...]:
+        if not product:
+            return ()
+        model = catalog.model_for_product(product)
+        return (model.name,) if model is not None else (f"unknown product {product}",)
+
+    return {"share": shares, "models": products.map(allowed)}
 
 
 def assemble(

@@ -11,6 +11,7 @@ per physical GPU (one series, no MIG labels, no pod labels on a MIG GPU).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ HELP: dict[str, str] = {
     schema.KSM_REQUESTS: "The number of requested request resource by a container. It is recommended to use the "
     "kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is more precise.",
     schema.KSM_UNSCHEDULABLE: "Describes the unschedulable status for the pod.",
+    schema.KSM_POD_ANNOTATIONS: "Kubernetes annotations converted to Prometheus labels.",
+    schema.KSM_POD_NODESELECTORS: "Describes the Pod nodeSelectors.",
     schema.KSM_NODE_CAPACITY: "The capacity for different resources of a node.",
     schema.KSM_NODE_ALLOCATABLE: "The allocatable for different resources of a node that are available for "
     "scheduling.",
@@ -47,6 +50,7 @@ HOSTNAME_LABELS = ("Hostname", "hostname")
 EXPORTED_LABELS = frozenset(
     {"gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", *HOSTNAME_LABELS}
     | {"container", "namespace", "pod", "uid", "node", "resource", "unit"}
+    | {schema.SHARE_ANNOTATION_LABEL, schema.PRODUCT_SELECTOR_LABEL}
 )
 LabelSet = tuple[tuple[str, str], ...]
 
@@ -179,6 +183,8 @@ def ksm_families(fleet: Fleet, demand: Rows, timestamps: np.ndarray) -> list[Fam
         )
     )
 
+    families += _pod_form_families(demand)
+
     capacity = sorted(fleet.node_capacity().items())
     node_sets: list[LabelSet] = [
         (("node", n_), ("resource", r), ("unit", "integer")) for (n_, r), _ in capacity
@@ -193,6 +199,34 @@ def ksm_families(fleet: Fleet, demand: Rows, timestamps: np.ndarray) -> list[Fam
             )
         )
     return families
+
+
+def _pod_form_families(demand: Rows) -> list[FamilySamples]:
+    """``kube_pod_annotations`` (allowlisted ``slicewise.io/gpu-share``) and ``kube_pod_nodeselectors``
+    (``nvidia.com/gpu.product``) of the pods that carry them, one sample per pod and instant."""
+    out = []
+    shares = np.array([f"{v:g}" if not math.isnan(v) else "" for v in demand["declared_share"]], dtype=object)
+    forms = (
+        (schema.KSM_POD_ANNOTATIONS, schema.SHARE_ANNOTATION_LABEL, shares),
+        (schema.KSM_POD_NODESELECTORS, schema.PRODUCT_SELECTOR_LABEL, demand["gpu_product"]),
+    )
+    pod_cols = ("namespace", "pod", "uid")
+    for family, label, values in forms:
+        rows = np.flatnonzero(values != "")
+        if len(rows):
+            # One sample per pod and instant, however many containers the pod has.
+            columns = [demand[c][rows] for c in pod_cols] + [values[rows], demand[schema.TIMESTAMP][rows]]
+            _, first = _factorize(columns)
+            rows = rows[np.sort(first)]
+            codes, firsts = _factorize([demand[c][rows] for c in pod_cols] + [values[rows]])
+            sets = [
+                (*((c, str(demand[c][rows[i]])) for c in pod_cols), (label, str(values[rows[i]])))
+                for i in firsts.tolist()
+            ]
+        else:
+            codes, sets = np.zeros(0, np.int64), []
+        out.append(FamilySamples(family, sets, codes, np.ones(len(rows)), demand[schema.TIMESTAMP][rows]))
+    return out
 
 
 def families_at(

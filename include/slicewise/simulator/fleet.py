@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from slicewise import schema
 from slicewise.catalog.models import GpuModel, load_models
 from slicewise.settings import CONFIG_DIR
 from slicewise.simulator.layout import Layout, build_layout, resource_name
@@ -38,6 +39,8 @@ class Workload:
     namespace: str
     workload_class: str
     container: str
+    gpu_share: float | None = None  # its pods' slicewise.io/gpu-share annotation (config key gpu_share)
+    gpu_product: str = ""  # their nodeSelector's nvidia.com/gpu.product (config key gpu_product)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,14 @@ class Fleet:
         models = dict(models) if models is not None else load_models(GPU_MODELS_CONFIG)
         classes = {name: LoadClass.from_mapping(name, raw) for name, raw in config["classes"].items()}
         workloads = {
-            name: Workload(name, raw["namespace"], raw["class"], raw["container"])
+            name: Workload(
+                name,
+                raw["namespace"],
+                raw["class"],
+                raw["container"],
+                schema.parse_gpu_share(str(raw["gpu_share"])) if "gpu_share" in raw else None,
+                str(raw.get("gpu_product", "")),
+            )
             for name, raw in config["workloads"].items()
         }
         nodes = tuple(_parse_node(raw) for raw in config["nodes"])

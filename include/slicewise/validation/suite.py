@@ -348,7 +348,20 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
                 min_value=1,
             )
         )
-    for label in ("container", "node"):
+    # A declared share is a share of one GPU; missing (NaN) means the pod declares none.
+    found.append(
+        _check(
+            gxe.ExpectColumnValuesToBeBetween,
+            needs=("declared_share",),
+            what="demand declared_share outside (0, 1]",
+            why="a share of one GPU; the planner would size the pod's slot from it",
+            column="declared_share",
+            min_value=0,
+            max_value=1,
+            strict_min=True,
+        )
+    )
+    for label in ("container", "node", "gpu_product"):
         # "" is valid (a pending pod has no node); null is not, it breaks joins.
         found.append(_not_null(label, 'an unset label must be "", a null breaks joins', kind="demand "))
     return found

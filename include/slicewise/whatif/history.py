@@ -3,17 +3,18 @@
 Pods come from kube-state-metrics (``kube_pod_container_resource_requests`` for GPU resources, as the ingest
 pulls them): a pod arrives at its first sample and leaves one step after its last; its request is the largest
 it held, summed over its containers: ``nvidia.com/gpu: k`` is k whole GPUs (an MPS tenant's share does not show
-in its request), ``nvidia.com/mig-<profile>: k`` one request of k x g / compute slices of a GPU (of
-``gpu_model``, else the first catalogue model with that profile). Nodes come from the DCGM series of the
-window's last hour: each hostname with its number of physical GPUs and the model it reports (its DCGM name,
-which :mod:`slicewise.whatif.gpus` maps to the catalogue).
+in its request: its ``slicewise.io/gpu-share`` annotation does, when kube-state-metrics exports it; a
+``nvidia.com/gpu.product`` nodeSelector limits it to that model), ``nvidia.com/mig-<profile>: k`` one request
+of k x g / compute slices of a GPU (of ``gpu_model``, else the first catalogue model with that profile). Nodes
+come from the DCGM series of the window's last hour: each hostname with its number of physical GPUs and the
+model it reports (its DCGM name, which :mod:`slicewise.whatif.gpus` maps to the catalogue).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from slicewise.catalog import Catalog, GpuModel
 from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
@@ -69,6 +70,7 @@ def trace_from_frames(
         per_step = frame.groupby(["namespace", "pod", "resource", "second"], observed=True)["requested"].sum()
         held = per_step.groupby(level=["namespace", "pod", "resource"], observed=True).max()
         seen = frame.groupby(["namespace", "pod"], observed=True)["second"].agg(["min", "max"])
+        forms = _pod_forms(frame, catalog)
         skipped = 0
         for key, first, last in zip(seen.index, seen["min"], seen["max"], strict=True):
             namespace, pod = key
@@ -80,14 +82,12 @@ def trace_from_frames(
                 skipped += 1
                 continue
             gpus, share = kinds[0]
+            declared, allowed = forms.get(key, (None, ()))
+            if declared is not None and gpus == 1:
+                share = declared  # the pod's slicewise.io/gpu-share: the size its request does not show
             pods.append(
                 TracePod(
-                    f"{namespace}/{pod}",
-                    float(first),
-                    float(last - first + step_s),
-                    gpus,
-                    share,
-                    "",
+                    f"{namespace}/{pod}", float(first), float(last - first + step_s), gpus, share, "", allowed
                 )
             )
         if skipped:
@@ -102,6 +102,29 @@ def trace_from_frames(
     nodes = [TraceNode(str(host), int(row["gpus"]), str(row["model"])) for host, row in per_host.iterrows()]
     trace = PodTrace(tuple(sorted(pods, key=lambda p: (p.arrival_s, p.name))), tuple(notes))
     return trace, sorted(nodes, key=lambda n: n.name)
+
+
+def _pod_forms(
+    frame: pd.DataFrame, catalog: Catalog
+) -> dict[tuple[str, str], tuple[float | None, tuple[str, ...]]]:
+    """(namespace, pod) -> its last declared share and the node-list model names (DCGM names) its nodeSelector's
+    ``nvidia.com/gpu.product`` allows (a product the catalogue does not know: itself, which no node reports)."""
+    import pandas as pd
+
+    if "declared_share" not in frame.columns:
+        return {}
+    last = frame.sort_values("second").groupby(["namespace", "pod"], observed=True)[
+        ["declared_share", "gpu_product"]
+    ]
+    out: dict[tuple[str, str], tuple[float | None, tuple[str, ...]]] = {}
+    for key, row in last.last().iterrows():
+        share = None if pd.isna(row["declared_share"]) else float(row["declared_share"])
+        product = row["gpu_product"] if isinstance(row["gpu_product"], str) else ""
+        model = catalog.model_for_product(product) if product else None
+        allowed = (model.dcgm_model_name,) if model is not None else ((product,) if product else ())
+        namespace, pod = cast("tuple[str, str]", key)
+        out[(str(namespace), str(pod))] = (share, allowed)
+    return out
 
 
 def read_history(

@@ -104,6 +104,8 @@ def requests(
             "resource": resource,
             "requested": requested,
             "unschedulable": unschedulable,
+            "declared_share": float("nan"),
+            "gpu_product": "",
         }
         for m in range(minutes)
     ]

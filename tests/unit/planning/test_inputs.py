@@ -114,3 +114,32 @@ def test_pending_pods_asking_for_several_gpus_are_whole_gpu_demand_counted_once(
     demand = {(d.resource, d.gpus): d.upper for d in inputs.pending_demand(frame, 60, catalog)}
     # One pod of 4 whole GPUs (not also 4 nvidia.com/gpu requests), and the 1-GPU pod.
     assert demand == {("nvidia.com/gpu", 1): pytest.approx(1.0), (WHOLE_GPUS, 4): pytest.approx(1.0)}
+
+
+def test_pending_pods_with_a_declared_share_or_a_product_selector_are_requests_of_those_forms(
+    catalog: Catalog,
+) -> None:
+    end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
+    rows = []
+    for m in range(60):
+        ts = end - pd.Timedelta(minutes=m)
+        rows += [
+            # Two pending pods declaring a quarter of a GPU, one of them on H100s only.
+            (ts, "ml", "embed-0", "nvidia_com_gpu", 1.0, True, 0.25, ""),
+            (ts, "ml", "embed-1", "nvidia_com_gpu", 1.0, True, 0.25, "NVIDIA-H100-80GB-HBM3"),
+            # A plain GPU request, and a pod naming a product the catalogue does not know.
+            (ts, "ml", "svc-0", "nvidia_com_gpu", 1.0, True, np.nan, ""),
+            (ts, "ml", "odd-0", "nvidia_com_gpu", 1.0, True, np.nan, "Tesla-X9"),
+        ]
+    columns = ["timestamp", "namespace", "pod", "resource", "requested", "unschedulable"]
+    frame = pd.DataFrame(rows, columns=[*columns, "declared_share", "gpu_product"])
+    demand = {(d.share, d.models): d.upper for d in inputs.pending_demand(frame, 60, catalog)}
+    assert demand == {
+        (0.25, ()): pytest.approx(1.0),
+        (0.25, ("H100-80GB",)): pytest.approx(1.0),
+        (None, ()): pytest.approx(1.0),
+        (None, ("unknown product Tesla-X9",)): pytest.approx(1.0),
+    }
+    # Partitions written before the form columns existed read as neither.
+    old = {(d.share, d.models): d.upper for d in inputs.pending_demand(frame[columns], 60, catalog)}
+    assert old == {(None, ()): pytest.approx(4.0)}

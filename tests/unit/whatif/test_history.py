@@ -63,6 +63,20 @@ def test_pods_become_requests_with_their_first_and_last_sample() -> None:
     assert [(n.name, n.gpus) for n in nodes] == [("n1", 2), ("n2", 1)]
 
 
+def test_a_declared_share_sizes_a_gpu_pod_and_a_product_selector_limits_its_models() -> None:
+    rows = [(m, pod, "a", "nvidia_com_gpu", 1.0) for m in range(2) for pod in ("embed", "llm", "plain")]
+    demand = _demand(rows)
+    demand["declared_share"] = [0.25 if pod == "embed" else float("nan") for pod in demand["pod"]]
+    demand["gpu_product"] = ["NVIDIA-A100-SXM4-80GB" if pod == "llm" else "" for pod in demand["pod"]]
+    trace, _ = trace_from_frames(demand, GPU, START, 60, load_catalog(), "A100-80GB")
+    pods = {p.name: (p.share, p.models) for p in trace.pods}
+    assert pods == {
+        "team/embed": (0.25, ()),
+        "team/llm": (1.0, ("NVIDIA A100-SXM4-80GB",)),  # the DCGM name the node list carries
+        "team/plain": (1.0, ()),
+    }
+
+
 def test_no_pods_or_no_nodes_is_a_clear_error() -> None:
     empty = _demand([])
     with pytest.raises(TraceError, match="no pod requested a GPU"):
