@@ -6,7 +6,8 @@ changes the state in place; :mod:`slicewise.cluster.simulated` keeps the states 
 
 What is emulated follows shared/design/reference/gpu-operator-facts.md:
 
-- MIG manager (§1.2): it reacts only to a *change* of ``nvidia.com/mig.config``. An unknown name or one with no
+- MIG manager (§1.2): it reacts only to a *change* of ``nvidia.com/mig.config``, ``pickup_s`` after it first
+  sees it (0 by default; a real one is woken by a node watch), its state label still the previous one meanwhile. An unknown name or one with no
   layout for the node's model -> ``failed`` at once (``assert --valid-config``); a layout already on the GPUs ->
   ``success`` at once, with no ``pending`` phase; otherwise ``pending`` with the operand labels
   ``nvidia.com/gpu.deploy.*`` set to ``paused-for-mig-change``, and after ``reconfigure_s`` the apply: it fails
@@ -73,6 +74,9 @@ class MigManagerState(TypedDict):
     due: float | None  # when the apply ends; None while pending means stuck
     fault: str  # none | fail | stuck
     message: str  # the last outcome, in words
+    # When a changed nvidia.com/mig.config was first seen; the manager reacts ``pickup_s`` later (a real one is
+    # woken by a node watch and takes seconds to minutes). Absent in state files written before it existed.
+    noticed: float | None
 
 
 class DevicePluginState(TypedDict):
@@ -150,6 +154,7 @@ def initial_node(
             "due": None,
             "fault": "none",
             "message": "",
+            "noticed": None,
         },
         "device_plugin": {"seen": device_plugin_config, "target": None, "due": None, "error": ""},
         "evicted": {},
@@ -159,15 +164,29 @@ def initial_node(
 
 
 def advance(
-    node: NodeState, catalog: Catalog, now: float, reconfigure_s: float, running: RunningPods
+    node: NodeState,
+    catalog: Catalog,
+    now: float,
+    reconfigure_s: float,
+    running: RunningPods,
+    pickup_s: float = 0.0,
 ) -> None:
-    """Bring the node's operator state up to ``now``: react to label changes, finish what is due."""
+    """Bring the node's operator state up to ``now``: react to label changes (the MIG manager ``pickup_s`` after
+    it first sees one; until then its state label still tells of the previous change), finish what is due."""
     labels = node["labels"]
     if not labels.get(MIG_CONFIG_LABEL):
         # The GPU Operator's node labeller puts the default back when the label is absent or empty (§1.1).
         labels[MIG_CONFIG_LABEL] = ALL_DISABLED
-    if labels[MIG_CONFIG_LABEL] != node["mig_manager"]["seen"]:
-        _mig_config_changed(node, catalog, now, reconfigure_s)
+    manager = node["mig_manager"]
+    if labels[MIG_CONFIG_LABEL] != manager["seen"]:
+        noticed = manager.get("noticed")
+        if noticed is None:
+            manager["noticed"] = noticed = now
+        if now - noticed >= pickup_s:
+            manager["noticed"] = None
+            _mig_config_changed(node, catalog, now, reconfigure_s)
+    else:
+        manager["noticed"] = None  # changed and changed back before the manager reacted: nothing to do
     if labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "") != node["device_plugin"]["seen"]:
         _plugin_config_changed(node, catalog, now, reconfigure_s)
     # Finish what is due in time order: a completed MIG change restarts the plugin and may cancel its switch.

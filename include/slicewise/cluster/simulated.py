@@ -103,11 +103,13 @@ class SimulatedCluster:
         clock: Callable[[], float],
         reconfigure_s: float,
         catalog: Catalog,
+        pickup_s: float = 0.0,
     ) -> None:
         self._state = state
         self.fleet = fleet
         self.clock = clock
         self.reconfigure_s = reconfigure_s
+        self.pickup_s = pickup_s
         self._catalog = catalog
         self._workload_config: Mapping[str, Mapping[str, Any]] = fleet.config.get("workloads", {})
         self._eviction_memory_s = eviction_memory_s(fleet)
@@ -121,11 +123,14 @@ class SimulatedCluster:
         fleet: Fleet | None = None,
         clock: Callable[[], float] = time.time,
         reconfigure_s: float | None = None,
+        pickup_s: float = 0.0,
         reset: bool = False,
     ) -> SimulatedCluster:
         """The cluster kept in ``state_path``, initialised from ``fleet`` (default ``Fleet.default()``) when the
         file is missing, or whatever it holds with ``reset``. ``reconfigure_s`` defaults to the fleet config's
-        ``cluster.reconfigure_s`` (20 s). Raises ClusterError when the file holds another fleet's nodes."""
+        ``cluster.reconfigure_s`` (20 s); ``pickup_s``: how long the MIG manager takes to notice a changed
+        ``nvidia.com/mig.config`` (its state label stays stale meanwhile). Raises ClusterError when the file
+        holds another fleet's nodes."""
         fleet = fleet if fleet is not None else Fleet.default()
         if reconfigure_s is None:
             reconfigure_s = float(
@@ -133,7 +138,7 @@ class SimulatedCluster:
             )
         if reconfigure_s < 0:
             raise ValueError(f"reconfigure_s must not be negative, got {reconfigure_s}")
-        cluster = cls(StateFile(state_path), fleet, clock, float(reconfigure_s), load_catalog())
+        cluster = cls(StateFile(state_path), fleet, clock, float(reconfigure_s), load_catalog(), pickup_s)
         if reset:
             cluster.reset()
         cluster.refresh()
@@ -315,7 +320,7 @@ class SimulatedCluster:
             def running(at: float, name: str = name, node: NodeState = node) -> list[str]:
                 return [p.key for p in listed_on(self._pods_at(state, at), name, node)]
 
-            mig_manager.advance(node, self._catalog, now, self.reconfigure_s, running)
+            mig_manager.advance(node, self._catalog, now, self.reconfigure_s, running, self.pickup_s)
         bump_changed(state, before)
 
     def _pods_at(self, state: dict[str, Any], at: float) -> list[SimulatedPod]:

@@ -391,6 +391,23 @@ class Ledger:
             session.expire_all()
             return node_record(node_row(session, rollout_id, node))
 
+    def record_intent(
+        self, rollout_id: int, node: str, step: str, intent: Mapping[str, Any], now: datetime
+    ) -> NodeRecord:
+        """Write-ahead: before a write to the cluster, what it will be and what the node showed just before
+        (kept beside the snapshot under ``intent``, the step named ``step``), so a resumed run can tell "we may
+        have done this" from "someone else did" and judge what the cluster shows after it."""
+        now = utc(now)
+        kept = json_copy(intent, "intent")
+        with self._write() as session:
+            row = node_row(session, rollout_id, node)
+            if row.snapshot is None:
+                raise LedgerError(f"{node}: no snapshot yet; an intent is recorded after the snapshot")
+            row.snapshot = {**row.snapshot, "intent": kept}
+            row.step = step
+            row.updated_at = now
+            return node_record(row)
+
     def update_node(
         self,
         rollout_id: int,

@@ -7,6 +7,11 @@ was killed half way can simply run again. Nodes of a batch move through the step
 The MIG manager's ``success`` alone proves nothing (it is written at once when a layout is already applied, and
 a stale ``success`` from the previous change looks the same): a change is verified only when the node's
 allocatable GPU resources equal what the catalogue says the desired layout and MPS replicas advertise.
+
+Write-ahead: a cordon is recorded as ours before it is written, a label write with the MIG manager's state just
+before it, so a run killed after any single write resumes knowing what it may have done; a ``failed`` read after
+a label write counts only once the state has moved since (the MIG manager noticed the write). No node is
+uncordoned while its allocatable does not match its labels.
 """
 
 from __future__ import annotations
@@ -141,7 +146,7 @@ class Procedure:
 
     def _label_desired(self, name: str) -> None:
         record = self.ledger.node(self.rollout_id, name)
-        self._label(name, record.desired, self._snapshot_labels(record.snapshot))
+        self._label(name, record.desired, self._snapshot_labels(record.snapshot), LABELLED)
 
     def apply(self, nodes: Sequence[str]) -> dict[str, str]:
         """Change a batch to the ledger's desired labels. Returns node -> final node status
@@ -194,9 +199,15 @@ class Procedure:
         if node.unschedulable and not record.cordoned_by_us:
             raise NodeFailed("cordoned by someone else: not Slicewise's to change")
         if not node.unschedulable:
-            self.backend.cordon(name)
-            self._step(name, CORDONED, cordoned_by_us=True)
-            self._event(name, "cordoned")
+            self._cordon(name, CORDONED)
+
+    def _cordon(self, name: str, step: str) -> None:
+        # Write-ahead: recorded as ours before the write, so a run killed right after it resumes the node
+        # instead of reading the cordon as someone else's.
+        self._step(name, step + " (intent)", cordoned_by_us=True)
+        self.backend.cordon(name)
+        self._step(name, step)
+        self._event(name, "cordoned")
 
     def _drain(self, name: str) -> None:
         """Evict the node's GPU pods through the Eviction API until none is left or the deadline passes."""
@@ -223,25 +234,39 @@ class Procedure:
                 )
             self.clock.sleep(self.timing.poll_s)
 
-    def _label(self, name: str, wanted: Mapping[str, str | None], before: Mapping[str, str | None]) -> None:
+    def _label(
+        self, name: str, wanted: Mapping[str, str | None], before: Mapping[str, str | None], step: str
+    ) -> None:
         node = self.backend.get_node(name)
         changes = {k: v for k, v in wanted.items() if node.labels.get(k) != v}
         if not changes:  # written before a crash: do not write again
             return
+        # Write-ahead: the MIG manager's state before the write. Until it differs, a state read after the write
+        # may be the previous change's (a real MIG manager takes a moment to notice the label).
+        intent = {"labels": changes, "state_before": node.labels.get(MIG_STATE_LABEL, "")}
+        self.ledger.record_intent(self.rollout_id, name, step + " (intent)", intent, self.clock.now())
         try:
             self.backend.set_labels(name, changes, expected={k: before.get(k) for k in changes})
         except LabelsChanged as exc:
             raise NodeFailed(f"labels changed by someone else since the snapshot: {exc}") from None
-        self._step(name, LABELLED)
+        self._step(name, step)
         self._event(name, "labels " + ", ".join(f"{k}: {before.get(k)} -> {v}" for k, v in changes.items()))
 
     def _wait_all(self, names: Sequence[str], *, restore: bool) -> dict[str, str | None]:
-        """Poll until each node is verified (None) or failed (the reason); ``pending`` past the timeout fails."""
+        """Poll until each node is verified (None) or failed (the reason); ``pending`` past the timeout fails.
+
+        Verified: ``success`` and the advertised resources of the wanted labels. Failed: ``failed`` once the MIG
+        manager has observed the label write — its state differs from the one recorded before the write, now
+        or at an earlier poll; the ``failed`` of the change before is not this write's outcome."""
         waiting = {}
+        stale: dict[str, str] = {}
         for name in names:
             record = self.ledger.node(self.rollout_id, name)
             wanted = self._snapshot_labels(record.snapshot) if restore else dict(record.desired)
             waiting[name] = wanted
+            intent = (record.snapshot or {}).get("intent")
+            stale[name] = str(intent.get("state_before", "")) if isinstance(intent, Mapping) else ""
+        observed: set[str] = set()
         started = self.clock.now().timestamp()
         result: dict[str, str | None] = {}
         while waiting:
@@ -254,7 +279,9 @@ class Procedure:
                     del waiting[name]
                     continue
                 state = node.labels.get(MIG_STATE_LABEL, "") or _without_mig_manager(node, self.catalog)
-                if state == "failed":
+                if state != stale[name]:
+                    observed.add(name)
+                if state == "failed" and name in observed:
                     result[name] = "the MIG manager reported mig.config.state=failed"
                 elif state == "success" and _gpu_allocatable(node) == {
                     k: v for k, v in expected.items() if v
@@ -281,7 +308,13 @@ class Procedure:
         return result
 
     def _uncordon(self, name: str, *, changed: bool) -> None:
+        """Uncordon (and stamp a change), only once the node advertises what its labels promise."""
         node = self.backend.get_node(name)
+        promised = {k: v for k, v in expected_allocatable(node, node.labels, self.catalog).items() if v}
+        if _gpu_allocatable(node) != promised:
+            raise NodeFailed(
+                f"left cordoned: it advertises {_gpu_allocatable(node)}, its labels promise {promised}"
+            )
         if changed:
             self.backend.set_annotations(name, {LAST_CHANGE_ANNOTATION: self.clock.now().isoformat()})
         if node.unschedulable:
@@ -295,7 +328,7 @@ class Procedure:
         try:
             if record.cordoned_by_us:
                 self._uncordon(name, changed=False)
-        except ClusterError as exc:
+        except (ClusterError, NodeFailed) as exc:
             why += f"; uncordoning failed too: {exc}"
         self.ledger.update_node(
             self.rollout_id, name, status=ledger_mod.ABORTED, detail=why, now=self.clock.now()
@@ -328,20 +361,29 @@ class Procedure:
                 outcome[name] = ledger_mod.RESTORE_FAILED
         return outcome
 
+    def _at_snapshot(self, node: GpuNode, before: Mapping[str, str | None]) -> bool:
+        """Labels at the snapshot, the MIG manager idle and the GPUs advertising that layout: labels alone are
+        not enough, a restore written just before a crash is not on the GPUs until the MIG manager applies it."""
+        if any(node.labels.get(k) != v for k, v in before.items()):
+            return False
+        if node.mig_config_state in ("pending", "rebooting"):
+            return False
+        promised = {k: v for k, v in expected_allocatable(node, before, self.catalog).items() if v}
+        return _gpu_allocatable(node) == promised
+
     def _restore_one(self, name: str) -> str:
         record = self.ledger.node(self.rollout_id, name)
         before = self._snapshot_labels(record.snapshot)
         node = self.backend.get_node(name)
-        if all(node.labels.get(k) == v for k, v in before.items()) and node.mig_config_state != "pending":
-            # Never labelled (or already put back): only the cordon is ours to undo.
+        if self._at_snapshot(node, before):
+            # Never changed (or already put back, and the GPUs say so): only the cordon is ours to undo.
             if record.cordoned_by_us:
                 self._uncordon(name, changed=False)
         else:
             if not node.unschedulable:
-                self.backend.cordon(name)
-                self._step(name, "restore:" + CORDONED, cordoned_by_us=True)
+                self._cordon(name, "restore:" + CORDONED)
             self._drain(name)
-            self._label(name, before, dict(record.desired))
+            self._label(name, before, dict(record.desired), "restore:" + LABELLED)
             error = self._wait_all([name], restore=True).get(name)
             if error is not None:
                 raise NodeFailed(error)
