@@ -7,14 +7,14 @@ changes the state in place; :mod:`slicewise.cluster.simulated` keeps the states 
 What is emulated follows shared/design/reference/gpu-operator-facts.md:
 
 - MIG manager (§1.2): it reacts only to a *change* of ``nvidia.com/mig.config``, ``pickup_s`` after it first
-  sees it (0 by default; a real one is woken by a node watch), its state label still the previous one meanwhile. An unknown name or one with no
-  layout for the node's model -> ``failed`` at once (``assert --valid-config``); a layout already on the GPUs ->
-  ``success`` at once, with no ``pending`` phase; otherwise ``pending`` with the operand labels
-  ``nvidia.com/gpu.deploy.*`` set to ``paused-for-mig-change``, and after ``reconfigure_s`` the apply: it fails
-  when user GPU pods still run on the node (the MIG manager never evicts them, §1.3), else the new layout is
-  applied, the device plugin restarts, the operands come back and the state is ``success``. ``failed`` restores
-  the operand labels, like ``setState(failed)``. Faults: ``fail`` (the next apply fails) and ``stuck`` (the
-  node stays ``pending``, the path where ``waitForPodsToBeDeleted`` errors without ``setState``).
+  sees it (0 by default; a real one is woken by a node watch), its state label still the previous one meanwhile.
+  An unknown name or one with no layout for the node's model -> ``failed`` at once (``assert --valid-config``);
+  a layout already on the GPUs -> ``success`` at once, with no ``pending`` phase; otherwise ``pending`` with the
+  operand labels ``nvidia.com/gpu.deploy.*`` set to ``paused-for-mig-change``, and after ``reconfigure_s`` the
+  apply: it fails when user GPU pods still run on the node (the MIG manager never evicts them, §1.3), else the
+  new layout is applied, the device plugin restarts, the operands come back and the state is ``success``.
+  ``failed`` restores the operand labels, like ``setState(failed)``. Faults: ``fail`` (the next apply fails) and
+  ``stuck`` (the node stays ``pending``, the path where ``waitForPodsToBeDeleted`` errors without ``setState``).
 - Device plugin (§3.2, §3.4): a change of ``nvidia.com/device-plugin.config`` to a known name takes effect after
   the same delay; an unknown name is skipped; MPS on MIG-enabled GPUs is refused with an error.
 - GPU Operator / GFD (§1.1, §3.3): the operator re-adds ``nvidia.com/mig.config=all-disabled`` when the label is
