@@ -159,6 +159,19 @@ class Procedure:
                 outcome[name] = record.status
             else:
                 unsettled.append(name)
+        for name in [n for n in unsettled if self._verified_before_a_crash(n)]:
+            # Verified (perhaps uncordoned too) before a kill: cordoning and draining again would evict the pods
+            # that started on the changed node since.
+            unsettled.remove(name)
+            self._uncordon(name, changed=True)
+            self.ledger.update_node(
+                self.rollout_id,
+                name,
+                status=ledger_mod.DONE,
+                detail="changed and verified",
+                now=self.clock.now(),
+            )
+            outcome[name] = ledger_mod.DONE
         active = self._each(unsettled, self._snapshot_and_cordon, outcome)
         drained = self._each(active, self._drain, outcome)
         labelled = self._each(drained, self._label_desired, outcome)
@@ -180,6 +193,16 @@ class Procedure:
                 self._event(name, f"change failed: {error}; node stays cordoned until the rollback")
                 outcome[name] = ledger_mod.FAILED
         return outcome
+
+    def _verified_before_a_crash(self, name: str) -> bool:
+        record = self.ledger.node(self.rollout_id, name)
+        if record.step not in (VERIFIED, UNCORDONED) or record.snapshot is None:
+            return False
+        node = self.backend.get_node(name)
+        if any(node.labels.get(k) != v for k, v in record.desired.items()):
+            return False
+        promised = {k: v for k, v in expected_allocatable(node, record.desired, self.catalog).items() if v}
+        return _gpu_allocatable(node) == promised
 
     @staticmethod
     def _snapshot_labels(snapshot: Mapping[str, object] | None) -> dict[str, str | None]:

@@ -39,11 +39,13 @@ class Dying:
         self.writes = 0
         self.drainable: dict[tuple[str, str], bool] = {}
         self.evicted: list[tuple[str, str]] = []
+        self.log: list[tuple[str, str]] = []  # (write, node or pod), in order
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.backend, attribute)
 
-    def _wrote(self) -> None:
+    def _wrote(self, kind: str, target: str) -> None:
+        self.log.append((kind, target))
         self.writes += 1
         if self.die_at is not None and self.writes >= self.die_at:
             raise Killed
@@ -57,28 +59,28 @@ class Dying:
         self, node: str, changes: Mapping[str, str | None], *, expected: Mapping[str, str | None]
     ) -> GpuNode:
         written = self.backend.set_labels(node, changes, expected=expected)
-        self._wrote()
+        self._wrote("labels", node)
         return written
 
     def set_annotations(self, node: str, changes: Mapping[str, str | None]) -> GpuNode:
         written = self.backend.set_annotations(node, changes)
-        self._wrote()
+        self._wrote("annotations", node)
         return written
 
     def cordon(self, node: str) -> GpuNode:
         written = self.backend.cordon(node)
-        self._wrote()
+        self._wrote("cordon", node)
         return written
 
     def uncordon(self, node: str) -> GpuNode:
         written = self.backend.uncordon(node)
-        self._wrote()
+        self._wrote("uncordon", node)
         return written
 
     def evict(self, namespace: str, pod: str) -> None:
         self.backend.evict(namespace, pod)
         self.evicted.append((namespace, pod))
-        self._wrote()
+        self._wrote("evict", f"{namespace}/{pod}")
 
 
 @pytest.fixture
@@ -203,3 +205,22 @@ def test_a_rollout_killed_after_any_single_write_ends_whole(
         harness.ledger = ledger_mod.Ledger.open(f"sqlite:///{harness.tmp / f'killed-{die_at}.db'}")
         rollout_id, used = _run(harness, Dying(cluster, die_at), faulty)
         _assert_whole(harness, cluster, rollout_id, used)
+
+
+def test_a_node_verified_before_a_kill_is_not_cordoned_or_drained_again(
+    harness: Harness, slow: Callable[[str], SimulatedCluster]
+) -> None:
+    counting = Dying(slow("undisturbed"))
+    harness.ledger = ledger_mod.Ledger.open(f"sqlite:///{harness.tmp / 'undisturbed.db'}")
+    _run(harness, counting, None)
+    first_uncordon = counting.log.index(next(w for w in counting.log if w[0] == "uncordon"))
+    node = counting.log[first_uncordon][1]
+
+    harness.ledger.close()
+    harness.ledger = ledger_mod.Ledger.open(f"sqlite:///{harness.tmp / 'killed.db'}")
+    cluster = slow("killed")
+    rollout_id, used = _run(harness, Dying(cluster, die_at=first_uncordon + 1), None)
+    _assert_whole(harness, cluster, rollout_id, used)
+    retried = used[1].log
+    # The retried task only stamps the change: no cordon, no eviction, no label on the node done before.
+    assert [w for w in retried if w[1] == node] == [("annotations", node)]
