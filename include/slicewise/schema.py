@@ -80,6 +80,12 @@ GPU_SHARE_ANNOTATION: Final = "slicewise.io/gpu-share"
 #: The labels kube-state-metrics gives them (``/``, ``.`` and ``-`` sanitised to ``_``).
 SHARE_ANNOTATION_LABEL: Final = "annotation_slicewise_io_gpu_share"
 PRODUCT_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_product"
+#: ``nvidia.com/gpu`` as kube-state-metrics names it.
+KSM_GPU: Final = "nvidia_com_gpu"
+#: The most one pod can ask: GPUs (the largest nodes hold 8-16), and MIG instances or shared replicas (7 MIG
+#: instances or up to 48 MPS / time-slicing replicas per GPU, 16 GPUs). More is a broken series.
+MAX_GPUS_PER_POD: Final = 16
+MAX_SHARES_PER_POD: Final = 16 * 48
 #: GPU extended resources as kube-state-metrics sanitises them (`nvidia.com/mig-1g.10gb` -> `nvidia_com_mig_1g_10gb`).
 GPU_RESOURCE_REGEX: Final = "nvidia_com_(gpu|mig_.*)"
 

@@ -407,6 +407,21 @@ DEMAND_BAD = [
         lambda f: f.assign(declared_share=[1.5, np.nan, np.nan]),
         "demand declared_share outside (0, 1]",
     ),
+    (
+        "infinite requested",
+        lambda f: f.assign(requested=[1.0, 1.0, np.inf]),
+        "demand requested above 16 nvidia",
+    ),
+    (
+        "absurd GPU count",
+        lambda f: f.assign(requested=[1e9, 1.0, 2.0]),
+        "demand requested above 16 nvidia.com/gpu",
+    ),
+    (
+        "absurd MIG count",
+        lambda f: f.assign(requested=[1.0, 5000.0, 2.0]),
+        "demand requested above 768 MIG instances or GPU replicas",
+    ),
     ("declared share 0", lambda f: f.assign(declared_share=[0.0, np.nan, np.nan]), "declared_share outside"),
     (
         "null product",
@@ -517,6 +532,25 @@ def test_validate_file_infers_kind_and_interval_without_metadata(tmp_path: Path,
     report = validate_file(url, settings)
     assert report.success, report.failures
     assert report.subject == "GPU samples 2025-01-01 10:00-11:00 UTC"
+
+
+def test_demand_files_without_metadata_are_judged_not_called_unreadable(
+    tmp_path: Path, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A row stamped three hours after the others: the file's hour is that of its median sample.
+    late = demand_frame()
+    late.loc[2, "timestamp"] = late.loc[2, "timestamp"] + pd.Timedelta(hours=3)
+    report = validate_file(_write(tmp_path, "late.parquet", late), settings)
+    assert not report.success and report.subject.startswith("demand 2025-01-01 10:00-11:00")
+    assert len(report.failures) == 1
+    assert report.failures[0].startswith("demand timestamp outside [2025-01-01 10:00, 11:00) UTC")
+    # A demand file missing a required column is invalid (exit 1), naming the column.
+    assert _cli(_write(tmp_path, "no-flag.parquet", demand_frame().drop(columns=["unschedulable"]))) == 1
+    assert "missing unschedulable" in capsys.readouterr().out
+    # An empty but readable file with no interval is invalid (exit 1), not unreadable (exit 2).
+    assert _cli(_write(tmp_path, "empty.parquet", demand_frame().iloc[:0])) == 1
+    captured = capsys.readouterr()
+    assert "no rows and no interval" in captured.out and "INVALID" in captured.err
 
 
 def test_validate_file_rejects_what_is_not_a_partition(tmp_path: Path, settings: Settings) -> None:

@@ -46,6 +46,11 @@ def validate_file(
         settings = load_settings()
     frame, meta = _read(path)
     kind = _kind(frame, meta, path)
+    if frame.empty and not (meta.get("interval_start") and meta.get("interval_end")):
+        # Readable but empty, and nothing says which hour it covers: invalid, not unreadable.
+        why = "no rows and no interval in the file's metadata: nothing to validate, no hour it covers"
+        stats = {"evaluated_expectations": 1, "successful_expectations": 0, "unsuccessful_expectations": 1}
+        return ValidationReport(False, [why], {**stats, "rows": 0, "series": 0}, subject=f"{kind} {path}")
     start, end = _interval(frame, meta, path)
     if kind == "demand":
         return validate_demand_frame(frame, interval_start=start, interval_end=end)
@@ -95,8 +100,8 @@ def _kind(frame: pd.DataFrame, meta: dict[str, str], path: Any) -> str:
     # schema expectations to report.
     if set(schema.GPU_KEY) <= columns:
         return "gpu"
-    if {"resource", "requested"} <= columns:
-        return "demand"
+    if columns & {"resource", "requested", "unschedulable"}:
+        return "demand"  # a missing demand column is then a schema failure (invalid), not an unreadable file
     shown = ", ".join(sorted(columns)[:8]) + (", ..." if len(columns) > 8 else "")
     raise PartitionReadError(f"{path}: neither a GPU nor a demand partition (columns: {shown or 'none'})")
 
@@ -114,10 +119,10 @@ def _interval(frame: pd.DataFrame, meta: dict[str, str], path: Any) -> tuple[dat
         raise PartitionReadError(
             f"{path}: no interval in the file's metadata and no UTC timestamps to infer it from"
         )
-    # The hours the data falls in: [floor(first), floor(last) + 1 h), so a sample exactly on the hour
-    # belongs to the hour it starts.
-    first, last = stamps.min().tz_convert("UTC"), stamps.max().tz_convert("UTC")
-    return first.floor("h").to_pydatetime(), (last.floor("h") + timedelta(hours=1)).to_pydatetime()
+    # A partition holds one hour: the hour of its median sample (a sample exactly on the hour belongs to the
+    # hour it starts); samples stamped in other hours then fail the interval check.
+    hour = stamps.dropna().sort_values().iloc[len(stamps.dropna()) // 2].tz_convert("UTC").floor("h")
+    return hour.to_pydatetime(), (hour + timedelta(hours=1)).to_pydatetime()
 
 
 def _parse_time(text: str, path: Any) -> datetime:

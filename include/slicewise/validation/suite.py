@@ -321,6 +321,26 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
             min_value=0,
         ),
         _not_null("requested", "missing demand reads as no demand", kind="demand "),
+        # Upper bounds per resource kind, which also refuse +Inf: one pod's request beyond what any node holds
+        # is a broken series, and the planner would plan whole nodes for it.
+        _check(
+            gxe.ExpectColumnValuesToBeBetween,
+            needs=("requested", "resource"),
+            what=f"demand requested above {schema.MAX_GPUS_PER_POD} nvidia.com/gpu",
+            why="no node holds that many GPUs: the series is broken",
+            column="requested",
+            max_value=schema.MAX_GPUS_PER_POD,
+            row_condition=Column("resource") == schema.KSM_GPU,
+        ),
+        _check(
+            gxe.ExpectColumnValuesToBeBetween,
+            needs=("requested", "resource"),
+            what=f"demand requested above {schema.MAX_SHARES_PER_POD} MIG instances or GPU replicas",
+            why="no node offers that many: the series is broken",
+            column="requested",
+            max_value=schema.MAX_SHARES_PER_POD,
+            row_condition=Column("resource").is_not_in([schema.KSM_GPU]),
+        ),
         # Unschedulable pods are the demand the fleet failed to serve: the planner weighs them most.
         _not_null("unschedulable", "unserved demand is what the planner weighs most", kind="demand "),
         # One container's request for one resource at one instant is a single number; duplicates double it.
