@@ -28,6 +28,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from slicewise.assets import FORECASTER, METRICS
+from slicewise.errors import task_outcome
 
 
 @dag(
@@ -46,18 +47,18 @@ from slicewise.assets import FORECASTER, METRICS
 )
 def forecaster_training() -> None:
     @task
+    @task_outcome()
     def list_models() -> list[str]:
         from slicewise.forecasting.spec import load_specs
 
         return [spec.name for spec in load_specs()]
 
     @task(max_active_tis_per_dag=1)
+    @task_outcome()
     def update_model(
         name: str, triggering_asset_events: Any = None, params: Any = None, run_id: str | None = None
     ) -> dict[str, Any]:
         from datetime import datetime
-
-        from airflow.sdk.exceptions import AirflowSkipException
 
         import slicewise.forecasting.update as update
         from slicewise import store
@@ -76,14 +77,11 @@ def forecaster_training() -> None:
         # publish in any order, and a run started by an older hour's event must not skip for lack of history.
         newest = update.latest_published_end(root)
         newest_end = max([*ends, *([newest] if newest else [])]) if ends or newest else None
-        try:
-            if newest_end is None:
-                raise update.NotEnoughHistory("no published metrics partition yet")
-            panel = update.load_history(root, newest_end, spec, settings.forecast_history_hours)
-            update.split_steps(panel, spec)
-        except update.NotEnoughHistory as short:
-            # A new install: nothing to learn from yet is not a failure; the task shows why it skipped.
-            raise AirflowSkipException(f"{name}: not enough validated history yet: {short}") from None
+        # A new install: nothing to learn from yet is not a failure; NotEnoughHistory skips, saying why.
+        if newest_end is None:
+            raise update.NotEnoughHistory("no published metrics partition yet")
+        panel = update.load_history(root, newest_end, spec, settings.forecast_history_hours)
+        update.split_steps(panel, spec)
         return update.hourly_update(
             spec,
             panel,
@@ -97,6 +95,7 @@ def forecaster_training() -> None:
         )
 
     @task(outlets=[FORECASTER])
+    @task_outcome()
     def publish_forecaster(results: list[dict[str, Any]], outlet_events: Any = None) -> dict[str, Any]:
         extra = {result["model"]: result for result in results}
         outlet_events[FORECASTER].extra = extra

@@ -30,6 +30,7 @@ import pendulum
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
 from slicewise.assets import COST_REPORT, ROLLOUT
+from slicewise.errors import task_outcome
 
 
 @dag(
@@ -72,14 +73,13 @@ from slicewise.assets import COST_REPORT, ROLLOUT
 )
 def gpu_cost_report() -> None:
     @task
+    @task_outcome()
     def collect_inputs(
         params: Any = None,
         run_id: str | None = None,
         dag_run: Any = None,
         triggering_asset_events: Any = None,
     ) -> str:
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
         from slicewise.connections import task_settings
         from slicewise.costs import run, window
         from slicewise.rollout.ledger_url import ledger_url
@@ -87,17 +87,11 @@ def gpu_cost_report() -> None:
         settings = task_settings(params)
         rollout_event = bool((triggering_asset_events or {}).get(ROLLOUT, []))
         span = window.resolve(dag_run.run_after, params["mode"], params.get("report_date"), rollout_event)
-        try:
-            return run.collect(settings, span, run_id or "manual", ledger_url(settings))
-        except run.BeforeFirstValidatedHour as missing:  # a new install: there was nothing to collect yet
-            raise AirflowSkipException(f"report skipped: {missing}") from None
-        except run.NoValidatedHours as missing:
-            if span.partial:  # early in the day there may be nothing yet: not a failure
-                raise AirflowSkipException(f"partial report skipped: {missing}") from None
-            # Data lost after Slicewise started collecting does not appear by retrying: fail once, clearly.
-            raise AirflowFailException(str(missing)) from None
+        # Nothing validated yet skips (NothingToReportYet); an hour lost after collecting began fails once.
+        return run.collect(settings, span, run_id or "manual", ledger_url(settings))
 
     @task
+    @task_outcome()
     def allocate(inputs: str, params: Any = None) -> dict[str, str]:
         from slicewise.connections import task_settings
         from slicewise.costs import run
@@ -105,6 +99,7 @@ def gpu_cost_report() -> None:
         return run.allocate(task_settings(params), inputs)
 
     @task
+    @task_outcome()
     def attribute(inputs: str, allocated: dict[str, str], params: Any = None) -> dict[str, str]:
         from slicewise.connections import task_settings
         from slicewise.costs import run
@@ -112,6 +107,7 @@ def gpu_cost_report() -> None:
         return run.analyse(task_settings(params), inputs, allocated)
 
     @task(outlets=[COST_REPORT])
+    @task_outcome()
     def publish_report(
         inputs: str,
         allocated: dict[str, str],

@@ -27,6 +27,7 @@ import pendulum
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 from slicewise.assets import METRICS
+from slicewise.errors import task_outcome
 
 
 @dag(
@@ -65,6 +66,7 @@ from slicewise.assets import METRICS
 )
 def gpu_metrics_ingest() -> None:
     @task
+    @task_outcome()
     def pull_metrics(
         data_interval_start: Any = None, data_interval_end: Any = None, params: Any = None
     ) -> dict[str, Any]:
@@ -78,25 +80,23 @@ def gpu_metrics_ingest() -> None:
         return ingest.staged_to_dict(staged)
 
     @task(retries=0)  # a verdict on data is not transient: retrying would only re-quarantine
+    @task_outcome()
     def validate_partition(
         staged: dict[str, Any],
         data_interval_start: Any = None,
         data_interval_end: Any = None,
         params: Any = None,
     ) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
         from slicewise import ingest
         from slicewise.connections import task_settings
 
-        try:
-            return ingest.validate(
-                staged["staging_url"], data_interval_start, data_interval_end, task_settings(params)
-            )
-        except ingest.ValidationFailed as failed:
-            raise AirflowFailException(str(failed)) from None
+        # ValidationFailed is permanent: the hour is quarantined and the task fails once, with the report.
+        return ingest.validate(
+            staged["staging_url"], data_interval_start, data_interval_end, task_settings(params)
+        )
 
     @task(outlets=[METRICS])
+    @task_outcome()
     def publish_partition(
         staged: dict[str, Any],
         statistics: dict[str, Any],

@@ -41,6 +41,7 @@ from airflow.providers.standard.operators.hitl import HITLBranchOperator
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, TaskGroup, dag, task
 
 from slicewise.assets import FORECASTER, ROLLOUT
+from slicewise.errors import task_outcome
 
 FALLBACK_QUIET_MINUTES = 50
 MAX_WAVES = 6  # = slicewise.rollout.waves.MAX_WAVES (not imported: parsing stays light)
@@ -101,6 +102,7 @@ APPROVAL_TIMEOUT = timedelta(minutes=60)  # no answer from a person in this time
 )
 def gpu_partition_rollout() -> None:
     @task
+    @task_outcome()
     def forecast(
         triggering_asset_events: Any = None,
         params: Any = None,
@@ -125,13 +127,11 @@ def gpu_partition_rollout() -> None:
         tracking_uri = mlflow_tracking_uri(settings)
         trust = run.resolve_trust(settings, tracking_uri, extra, now)
         folder = storage.run_folder(root, run_id or "manual")
-        try:
-            return str(run.make_forecasts(settings, root, folder, trust, tracking_uri))
-        except run.NoMetrics as nothing:
-            # A new install: nothing validated yet is not a failure; the run shows why it did nothing.
-            raise AirflowSkipException(str(nothing)) from None
+        # A new install: nothing validated yet is not a failure; NoMetrics skips, saying why.
+        return str(run.make_forecasts(settings, root, folder, trust, tracking_uri))
 
     @task
+    @task_outcome()
     def observe_cluster(params: Any = None, run_id: str | None = None) -> str:
         from slicewise import store
         from slicewise.cluster.factory import open_backend
@@ -143,6 +143,7 @@ def gpu_partition_rollout() -> None:
         return str(run.observe(open_backend(settings), folder))
 
     @task
+    @task_outcome()
     def plan_nodes(
         forecasts: str, observed: str, params: Any = None, run_id: str | None = None, dag_run: Any = None
     ) -> dict[str, Any]:
@@ -155,6 +156,7 @@ def gpu_partition_rollout() -> None:
         return run.make_plan(settings, folder, dag_run.run_after)
 
     @task(outlets=[ROLLOUT])
+    @task_outcome()
     def publish_plan(
         summary: dict[str, Any],
         params: Any = None,
@@ -177,6 +179,7 @@ def gpu_partition_rollout() -> None:
         return extra
 
     @task
+    @task_outcome()
     def start_rollout(
         summary: dict[str, Any], params: Any = None, run_id: str | None = None
     ) -> dict[str, Any]:
@@ -195,6 +198,7 @@ def gpu_partition_rollout() -> None:
         return engine.start(rollouts(settings, run_id or "manual"), plan, plan_path)
 
     @task
+    @task_outcome()
     def apply_wave(
         started: dict[str, Any], index: int, params: Any = None, run_id: str | None = None
     ) -> dict[str, Any]:
@@ -206,6 +210,7 @@ def gpu_partition_rollout() -> None:
         return engine.apply_wave(ctx, started["rollout_id"], index)
 
     @task
+    @task_outcome()
     def analyse_wave(
         started: dict[str, Any], index: int, params: Any = None, run_id: str | None = None
     ) -> dict[str, Any]:
@@ -232,6 +237,7 @@ def gpu_partition_rollout() -> None:
         )
 
     @task.branch
+    @task_outcome()
     def route(started: dict[str, Any], index: int, params: Any = None, run_id: str | None = None) -> str:
         from slicewise.connections import task_settings
         from slicewise.rollout import engine
@@ -242,6 +248,7 @@ def gpu_partition_rollout() -> None:
         return f"wave_{index}.ask_person" if paused else f"wave_{index}.proceed"
 
     @task
+    @task_outcome()
     def answer(started: dict[str, Any], approved: bool, params: Any = None, run_id: str | None = None) -> str:
         from slicewise.connections import task_settings
         from slicewise.rollout import engine
@@ -251,6 +258,7 @@ def gpu_partition_rollout() -> None:
         return engine.answer_pause(ctx, started["rollout_id"], approved, "a person in the Airflow UI")
 
     @task
+    @task_outcome()
     def finish(started: dict[str, Any], params: Any = None, run_id: str | None = None) -> str | None:
         from slicewise.connections import task_settings
         from slicewise.rollout import engine
@@ -259,6 +267,7 @@ def gpu_partition_rollout() -> None:
         return engine.finish(rollouts(task_settings(params), run_id or "manual"), started["rollout_id"])
 
     @task(trigger_rule="all_done", retries=3)
+    @task_outcome()
     def rollback(params: Any = None, run_id: str | None = None, ti: Any = None) -> dict[str, Any]:
         from slicewise.connections import task_settings
         from slicewise.rollout import engine
@@ -272,6 +281,7 @@ def gpu_partition_rollout() -> None:
         return engine.rollback(ctx, started.get("rollout_id"))
 
     @task(trigger_rule="all_done", outlets=[ROLLOUT])
+    @task_outcome()
     def report_rollout(
         result: dict[str, Any],
         params: Any = None,

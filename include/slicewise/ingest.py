@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from slicewise import schema, store
+from slicewise.errors import PermanentError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +35,7 @@ class MetricsSource(Protocol):
     def demand(self, start: datetime, end: datetime) -> pd.DataFrame: ...
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(PermanentError, RuntimeError):
     """The partition failed validation and was quarantined; the message is the human-readable summary."""
 
 

@@ -11,12 +11,14 @@ from typing import Any
 
 import yaml
 
+from slicewise.errors import PermanentError
+
 CONFIG_DIR = Path(os.environ.get("SLICEWISE_CONFIG_DIR", Path(__file__).resolve().parents[1] / "config"))
 ENV_PREFIX = "SLICEWISE_"
 VARIABLE_NAME = "slicewise_settings"
 
 
-class SettingsError(ValueError):
+class SettingsError(PermanentError, ValueError):
     """A setting has an unknown name or a value of the wrong type."""
 
 

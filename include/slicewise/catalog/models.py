@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from slicewise.errors import PermanentError
+
 #: A MIG GPU-instance profile name as mig-parted accepts it for these GPUs: ``1g.10gb`` or ``1g.10gb+me``.
 PROFILE_PATTERN = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 MEDIA_SUFFIX = "+me"
@@ -21,7 +23,7 @@ MPS_MAX_REPLICAS_PRE_VOLTA = 16
 _MPS_FULL_CAPABILITY = (7, 5)
 
 
-class CatalogError(ValueError):
+class CatalogError(PermanentError, ValueError):
     """The catalogue data is inconsistent, or a name (model, config, profile, resource) is unknown."""
 
 

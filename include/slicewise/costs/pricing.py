@@ -8,7 +8,7 @@ for a quote.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
+from slicewise.errors import PermanentError
+
 PRICES_FILE = "prices.yaml"
 #: OpenCost's default GPU price, $ per GPU-hour (configs/default.json; facts §6.2).
 OPENCOST_DEFAULT = 0.95
 
 
-class PriceError(ValueError):
+class PriceError(PermanentError, ValueError):
     """The price table is malformed."""
 
 
@@ -75,15 +77,41 @@ def _number(raw: Any) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def load_prices(path: Path | None = None) -> PriceTable:
-    """The price table of ``path`` (default ``include/config/prices.yaml``); PriceError when malformed."""
+def load_prices(path: Path | None = None, known_models: Collection[str] | None = None) -> PriceTable:
+    """The price table of ``path`` (default ``include/config/prices.yaml``, else the setting
+    ``cost_prices_file``); PriceError, naming the setting and the file, when it is missing or malformed or
+    prices a GPU model that is not in ``known_models`` (default: the catalogue's): a typo there would price
+    those GPUs at the default without a word."""
     if path is None:
         from slicewise.settings import CONFIG_DIR
 
         path = CONFIG_DIR / PRICES_FILE
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise PriceError(f"{path}: expected a mapping")
+    where = f"price file {path} (setting cost_prices_file)"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise PriceError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise PriceError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise PriceError(f"{where}: not valid YAML{at}: {problem}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("models") or {}, dict):
+        raise PriceError(f"{where}: expected a mapping with a mapping under models")
+    if known_models is None:
+        from slicewise.catalog import load_catalog
+
+        known_models = set(load_catalog().models)
+    unknown = sorted(str(name) for name in (raw.get("models") or {}) if str(name) not in known_models)
+    if unknown:
+        raise PriceError(
+            f"{where}: models.{unknown[0]} names no catalogue GPU model (known: {', '.join(sorted(known_models))})"
+            + (f"; also {', '.join(unknown[1:])}" if len(unknown) > 1 else "")
+        )
     try:
         models = {
             str(name): Price(_checked(spec["price_per_gpu_hour"], f"models.{name}"), str(spec["source"]))
@@ -93,8 +121,10 @@ def load_prices(path: Path | None = None) -> PriceTable:
         default = _checked(
             raw.get("default_price_per_gpu_hour", OPENCOST_DEFAULT), "default_price_per_gpu_hour"
         )
-    except (KeyError, TypeError) as exc:
-        raise PriceError(f"{path}: bad or missing field: {exc!r}") from None
+    except PriceError as exc:
+        raise PriceError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise PriceError(f"{where}: bad or missing field: {exc!r}") from None
     return PriceTable(
         currency=str(raw.get("currency", "USD")),
         default_price=default,

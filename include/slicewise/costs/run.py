@@ -21,6 +21,7 @@ from slicewise.costs.pricing import load_prices
 from slicewise.costs.samples import MIG_SHARE_MODES
 from slicewise.costs.savings import AppliedChange, RolloutCounts
 from slicewise.costs.window import ReportWindow
+from slicewise.errors import NotYet, PermanentError
 from slicewise.settings import SettingsError
 
 if TYPE_CHECKING:
@@ -44,13 +45,14 @@ IDLE, SAVINGS, ACCURACY, ACCURACY_POINTS = (
 )
 
 
-class NoValidatedHours(RuntimeError):
-    """The report window holds no validated metrics partition: nothing to report."""
+class NoValidatedHours(PermanentError, RuntimeError):
+    """The report window holds no validated metrics partition although earlier hours have one: data lost after
+    Slicewise began collecting does not appear by retrying, so a daily report fails at once."""
 
 
-class BeforeFirstValidatedHour(NoValidatedHours):
-    """The window ends before the first validated hour there is: Slicewise was not collecting yet (a new
-    install), so the missing day is expected, not lost data."""
+class NothingToReportYet(NotYet, RuntimeError):
+    """Nothing validated to report yet: the window ends before the first validated hour (a new install), or a
+    partial report early in the day. The report skips with the reason."""
 
 
 def report_folder(root: ObjectStoragePath, day: str) -> ObjectStoragePath:
@@ -104,7 +106,8 @@ def _window(raw: dict[str, Any]) -> ReportWindow:
 # -- collect ------------------------------------------------------------------------------------------------
 def collect(settings: Settings, window: ReportWindow, run_id: str, ledger_url: str | None) -> str:
     """Find the window's validated hours (and the hours before it the savings need), the planner's runs and
-    the ledger's changes; write them to ``inputs.json``. NoValidatedHours when the window has none."""
+    the ledger's changes; write them to ``inputs.json``. The price file and the team map are checked first,
+    before any work. NothingToReportYet / NoValidatedHours when the window has no validated hour."""
     from slicewise import store
     from slicewise.rollout.ledger import Ledger
 
@@ -113,6 +116,7 @@ def collect(settings: Settings, window: ReportWindow, run_id: str, ledger_url: s
             f"cost_mig_share must be one of {MIG_SHARE_MODES}, got {settings.cost_mig_share!r}"
         )
     allocation.team_map(settings.cost_team_map)  # a malformed map fails here, before any work
+    _prices(settings)  # so does a missing or malformed price file
     root = store.storage_path(settings.storage_root)
     hours = sources.published_hours(root, window.hours)
     if not hours:
@@ -124,11 +128,11 @@ def collect(settings: Settings, window: ReportWindow, run_id: str, ledger_url: s
                 if collected
                 else "no hour has been validated yet"
             )
-            raise BeforeFirstValidatedHour(f"nothing to report for {span}: {earliest}")
-        raise NoValidatedHours(
-            f"no validated metrics partition in {span} although earlier hours have one "
-            "(run gpu_metrics_ingest for those hours first)"
-        )
+            raise NothingToReportYet(f"report skipped: nothing to report for {span}: {earliest}")
+        missing = f"no validated metrics partition in {span} although earlier hours have one"
+        if window.partial:  # early in the day there may be nothing yet: not a failure
+            raise NothingToReportYet(f"partial report skipped: {missing}")
+        raise NoValidatedHours(f"{missing} (run gpu_metrics_ingest for those hours first)")
     first = sources.lookback_start(window.start, settings.cost_savings_window_hours)
     lookback = sources.published_hours(root, _hours_between(first, window.start))
     runs = sources.plan_runs(root, since=window.start - sources.PLAN_LOOKBACK)

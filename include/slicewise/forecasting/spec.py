@@ -8,10 +8,12 @@ from typing import Any
 
 import yaml
 
+from slicewise.errors import PermanentError
+
 MODELS_DIR = Path(__file__).resolve().parents[3] / "models"
 
 
-class SpecError(ValueError):
+class SpecError(PermanentError, ValueError):
     """A model spec is missing a key or has an impossible value; the message names the file and key."""
 
 

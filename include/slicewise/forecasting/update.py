@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from slicewise.errors import NotYet
 from slicewise.forecasting import registry
 from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
 from slicewise.forecasting.promotion import CHAMPION, Decision, decide
@@ -39,8 +40,11 @@ HISTORY_HOURS = 48
 EVAL_SERIES = 500
 
 
-class NotEnoughHistory(RuntimeError):
+class NotEnoughHistory(NotYet, RuntimeError):
     """Too few validated hours to train and evaluate; the message says how many there are and are needed."""
+
+    def __str__(self) -> str:
+        return f"not enough validated history yet: {super().__str__()}"
 
 
 def load_history(

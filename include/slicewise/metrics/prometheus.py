@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise import schema
+from slicewise.errors import PermanentError
 from slicewise.metrics import frames, promql
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class PrometheusError(RuntimeError):
     """Prometheus could not answer a query; the message says which and why, in one line."""
 
 
-class PermanentQueryError(PrometheusError):
+class PermanentQueryError(PermanentError, PrometheusError):
     """Prometheus rejected the query itself (HTTP 4xx): retrying will not help."""
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from slicewise.errors import PermanentError
 from slicewise.settings import CONFIG_DIR, Settings
 
 POLICIES = ("packing", "thresholds")
@@ -16,7 +17,7 @@ FALLBACKS = ("none", "baseline")
 CONSOLIDATION = ("off", "whole-gpus", "nodes")  # planning.consolidation
 
 
-class PlannerConfigError(ValueError):
+class PlannerConfigError(PermanentError, ValueError):
     """A planner setting is out of range or names an unknown policy."""
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slicewise.catalog import load_catalog
+from slicewise.errors import NotYet
 from slicewise.planning import inputs, report, storage
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class NoMetrics(RuntimeError):
+class NoMetrics(NotYet, RuntimeError):
     """No validated metrics partition to forecast from."""
 
 

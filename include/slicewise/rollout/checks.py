@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from slicewise.errors import PermanentError
 from slicewise.metrics.promql import quote_regex_alternation
 from slicewise.rollout.analysis import Outcome
 from slicewise.rollout.conditions import Condition, ConditionError, compile_condition
@@ -43,7 +44,7 @@ _PLACEHOLDER = re.compile(r"\{(\w*)\}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
-class CheckError(ValueError):
+class CheckError(PermanentError, ValueError):
     """A check definition is invalid; the message names the check and the problem."""
 
 

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from slicewise.errors import PermanentError
+
 MAX_LENGTH = 500  # a condition is one line a person reads; also bounds the parser's recursion
 NAMES = ("result", "baseline")
 FUNCTIONS = ("abs", "min", "max", "isnan")
@@ -39,7 +41,7 @@ _COMPARISONS = {
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 
 
-class ConditionError(ValueError):
+class ConditionError(PermanentError, ValueError):
     """A condition is not in the allowed language, or cannot be evaluated (e.g. no baseline)."""
 
 

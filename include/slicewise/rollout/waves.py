@@ -6,13 +6,14 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from slicewise.errors import PermanentError
 from slicewise.planning.types import NodePlan
 
 #: Task groups the DAG declares; waves beyond the plan's are skipped.
 MAX_WAVES = 6
 
 
-class WavePlanError(ValueError):
+class WavePlanError(PermanentError, ValueError):
     """The wave shares are malformed or need more waves than the DAG has."""
 
 

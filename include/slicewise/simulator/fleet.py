@@ -20,6 +20,7 @@ import yaml
 
 from slicewise import schema
 from slicewise.catalog.models import GpuModel, load_models
+from slicewise.errors import PermanentError
 from slicewise.settings import CONFIG_DIR
 from slicewise.simulator.layout import Layout, build_layout, resource_name
 from slicewise.simulator.load import CycleParams, DeviceParams, LoadClass
@@ -29,7 +30,7 @@ GPU_MODELS_CONFIG = CONFIG_DIR / "gpu_models.yaml"
 GPUS_PER_SYNTHETIC_NODE = 8
 
 
-class FleetConfigError(ValueError):
+class FleetConfigError(PermanentError, ValueError):
     """The simulator configuration names an unknown model, profile, workload or an impossible layout."""
 
 

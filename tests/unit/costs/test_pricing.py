@@ -61,6 +61,30 @@ def test_a_malformed_table_is_a_clear_error(tmp_path: Path) -> None:
         load_prices(bad)
 
 
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, r"no such file"),
+        ("models: [unclosed\n", r"not valid YAML at line 2, column 1"),
+        (
+            "models:\n  A100_80GB: {price_per_gpu_hour: 3.4, source: x}\n",
+            r"models.A100_80GB names no catalogue GPU",
+        ),
+        ("models:\n  H100-80GB: {price_per_gpu_hour: 3.4}\n", r"bad or missing field: KeyError\('source'\)"),
+        ("- just\n- a list\n", r"expected a mapping"),
+    ],
+    ids=["missing", "not YAML", "unknown model", "no source", "not a mapping"],
+)
+def test_a_bad_price_file_names_the_setting_and_the_file(
+    tmp_path: Path, content: str | None, words: str
+) -> None:
+    path = tmp_path / "prices.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(PriceError, match=rf"^price file {path} \(setting cost_prices_file\): .*{words}"):
+        load_prices(path)
+
+
 def test_a_gpu_without_a_price_falls_back_to_the_default_in_the_rows_and_a_node_label_overrides() -> None:
     gpu = gpu_frame(
         series("a30", 0, A30, namespace="ns", pod="p", engine=0.5),
