@@ -1,4 +1,5 @@
-"""The ``slicewise`` command line: ``validate``, ``simulate``, ``forecast-backtest``, ``catalog``, ``backtest``.
+"""The ``slicewise`` command line: ``validate``, ``simulate``, ``forecast-backtest``, ``catalog``, ``backtest``,
+``rollout``.
 
 Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
 """
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from slicewise.catalog import cli as catalog_cli
     from slicewise.forecasting import cli as forecast_cli
+    from slicewise.rollout import cli as rollout_cli
     from slicewise.simulator import cli as simulate_cli
     from slicewise.validation import cli as validate_cli
     from slicewise.whatif import cli as backtest_cli
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     forecast_cli.register(commands)
     catalog_cli.register(commands)
     backtest_cli.register(commands)
+    rollout_cli.register(commands)
     return parser
 
 

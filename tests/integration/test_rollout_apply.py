@@ -1,10 +1,14 @@
 """``gpu_partition_rollout`` in apply mode with ``dag.test()``: the simulated cluster (MIG-manager emulation)
 scraped live by a real Prometheus, a real MLflow, a real SQLite ledger. One run promotes its waves; one run's
-analysis fails and every changed node goes back to its snapshot, uncordoned, and the run fails."""
+analysis fails and every changed node goes back to its snapshot, uncordoned, and the run fails. Then
+``slicewise rollout`` as a black box on the same stack: apply by hand, a SIGKILL mid-wave resumed, a paused
+rollout aborted."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -189,3 +193,104 @@ def test_nobody_answering_an_inconclusive_wave_rolls_back(
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
         assert rollout.status == ledger_mod.ROLLED_BACK
+
+
+# -- slicewise rollout: one rollout by hand, black box ----------------------------------------------------------
+BY_HAND = {  # node: (mig.config, device-plugin.config) before -> after
+    "sim-a100-80-0": (("all-balanced", "default"), ("all-3g.40gb", "default")),
+    "sim-h100-1": (("all-disabled", "mps-4"), ("all-disabled", "mps-2")),
+}
+
+
+def _plan_by_hand(home: Path) -> Path:
+    from slicewise import store
+    from slicewise.planning.storage import write_plan
+    from slicewise.planning.types import CHANGE, DesiredState, FleetPlan, NodePlan
+
+    nodes = tuple(
+        NodePlan(
+            node=name,
+            gpu_model="-",
+            gpus=4,
+            current=DesiredState(*before),
+            desired=DesiredState(*after),
+            action=CHANGE,
+            policy="packing",
+            rule="by hand",
+            reasons=("an operator's change",),
+            util_p50=0.5,
+            util_upper=0.6,
+            gain_gpu_hours=1.0,
+        )
+        for name, (before, after) in BY_HAND.items()
+    )
+    folder = home / "by-hand"
+    write_plan(store.storage_path(folder.as_uri()), FleetPlan("packing", "by hand", True, 60, nodes))
+    return folder / "plan.json"
+
+
+def _slicewise(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "slicewise"), *argv], capture_output=True, text=True, timeout=300
+    )
+
+
+def _by_hand_labels(fleet: LiveFleet) -> dict[str, tuple[tuple[str | None, ...], bool]]:
+    labels = _labels(fleet)
+    return {name: (tuple(labels[name][k] for k in CHANGED), labels[name]["cordoned"]) for name in BY_HAND}
+
+
+def test_rollout_apply_by_hand_promotes_and_status_tells_the_story(live_fleet: LiveFleet) -> None:
+    plan = _plan_by_hand(live_fleet.home)
+    done = _slicewise("rollout", "apply", "--plan", str(plan), "--run-id", "by-hand-1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "promoted" in done.stdout
+    assert _by_hand_labels(live_fleet) == {name: (after, False) for name, (_, after) in BY_HAND.items()}
+    status = _slicewise("rollout", "status")
+    assert status.returncode == 0 and "slicewise-cli/by-hand-1): PROMOTED" in status.stdout
+    # A plan that is not there: one error line, exit 2, no traceback.
+    again = _slicewise("rollout", "apply", "--plan", "/nonexistent/plan.json")
+    assert again.returncode == 2 and again.stderr.startswith("error: ") and "Traceback" not in again.stderr
+
+
+def test_a_rollout_killed_mid_wave_is_resumed_by_hand(live_fleet: LiveFleet) -> None:
+    plan = _plan_by_hand(live_fleet.home)
+    before = _by_hand_labels(live_fleet)
+    started = subprocess.Popen(
+        [str(Path(sys.executable).parent / "slicewise"), "rollout", "apply", "--plan", str(plan)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:  # SIGKILL as soon as a node is cordoned: mid-wave, nothing settled
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(c for _, c in _by_hand_labels(live_fleet).values()):
+            time.sleep(0.2)
+    finally:
+        started.kill()
+        started.wait()
+    assert _by_hand_labels(live_fleet) != before, "the kill must land mid-rollout"
+    status = _slicewise("rollout", "status")
+    assert status.returncode == 0 and "RUNNING" in status.stdout
+    resumed = _slicewise("rollout", "resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _by_hand_labels(live_fleet) == {name: (after, False) for name, (_, after) in BY_HAND.items()}
+    with live_fleet.ledger() as ledger:
+        (rollout,) = ledger.recent_rollouts()
+        assert rollout.status == ledger_mod.PROMOTED and "resumes" in ledger.story(rollout.id)
+
+
+def test_a_paused_rollout_is_aborted_by_hand_and_every_node_goes_back(
+    live_fleet: LiveFleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    plan = _plan_by_hand(live_fleet.home)
+    before = _by_hand_labels(live_fleet)
+    paused = _slicewise("rollout", "apply", "--plan", str(plan))
+    assert paused.returncode == 3 and "slicewise rollout resume" in paused.stdout, (
+        paused.stdout + paused.stderr
+    )
+    aborted = _slicewise("rollout", "abort")
+    assert aborted.returncode == 1 and "rolled_back" in aborted.stdout, aborted.stdout + aborted.stderr
+    assert _by_hand_labels(live_fleet) == before
+    nothing = _slicewise("rollout", "abort")
+    assert nothing.returncode == 2 and "no unfinished rollout" in nothing.stderr

@@ -37,7 +37,11 @@ def holder(run_id: str) -> str:
     return f"{DAG_ID}/{run_id}"
 
 
-def rollouts(settings: Settings, run_id: str, clock: Clock | None = None) -> Rollouts:
+def rollouts(
+    settings: Settings, run_id: str, clock: Clock | None = None, *, holder_id: str | None = None
+) -> Rollouts:
+    """The DAG run ``run_id``'s rollout context; ``holder_id`` instead names the lock holder and ledger run id
+    outright (``slicewise rollout``: its own runs, or acting as the run that started a rollout)."""
     from slicewise.cluster.factory import open_backend
     from slicewise.rollout.ledger import Ledger
     from slicewise.rollout.ledger_url import ledger_url
@@ -53,7 +57,7 @@ def rollouts(settings: Settings, run_id: str, clock: Clock | None = None) -> Rol
             poll_s=settings.rollout_poll_s,
         ),
         cluster=cluster_identity(settings),
-        run_id=holder(run_id),
+        run_id=holder_id or holder(run_id),
         shares=parse_shares(settings.rollout_wave_shares),
         max_in_flight=settings.rollout_max_in_flight,
         lock_ttl_s=settings.rollout_lock_ttl_s,
