@@ -225,7 +225,7 @@ def test_the_fleet_page_shows_nodes_layouts_last_changes_and_dwell(api: Api, ful
     assert re.fullmatch(r"(39|40) min left \(until .* UTC\)", changed[8]), changed[8]
     untouched = _row(page, "fleet", "sim-h100-1")
     assert untouched[4] == "mps-4"
-    assert untouched[6:] == ["-", "-", "free (never changed)"]
+    assert untouched[6:] == ["-", "-", "free (never changed)", "plans it"]
 
 
 def test_the_airflow_variable_overrides_the_settings(
@@ -355,7 +355,12 @@ def test_a_fleet_without_a_ledger_shows_the_nodes(api: Api, empty_home: Home) ->
     fleet_data.write_cluster(empty_home.state, datetime(2026, 1, 1, tzinfo=UTC))
     page = api.get("/slicewise/fleet").text
     assert "Last changes from the ledger are not shown: no rollout ledger yet" in page
-    assert _row(page, "fleet", fleet_data.CHANGED_NODE)[6:] == ["2026-01-01 00:00 UTC", "-", "free"]
+    assert _row(page, "fleet", fleet_data.CHANGED_NODE)[6:] == [
+        "2026-01-01 00:00 UTC",
+        "-",
+        "free",
+        "plans it",
+    ]
 
 
 def test_a_storage_root_that_cannot_be_opened_is_named(

@@ -53,7 +53,7 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
     ]
     ledger = {"a": NOW - timedelta(minutes=26), "b": None}
     table = views.fleet_table(nodes, ledger, 1.5, NOW)
-    assert table.columns[-3:] == ("last change (annotation)", "last change (ledger)", "dwell")
+    assert table.columns[-4:] == ("last change (annotation)", "last change (ledger)", "dwell", "Slicewise")
     assert table.rows[0] == (
         "a",
         "4 x NVIDIA-A100-SXM4-80GB",
@@ -64,12 +64,27 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
         "2026-11-29 11:35 UTC",
         "2026-11-29 11:34 UTC",
         "1 h 05 min left (until 2026-11-29 13:05 UTC)",
+        "plans it",
     )
-    assert table.rows[1][4:] == ("mps-4", "no", "2026-11-29 09:00 UTC", "-", "free")
+    assert table.rows[1][4:] == ("mps-4", "no", "2026-11-29 09:00 UTC", "-", "free", "plans it")
     assert table.rows[2][2:4] == ("(none)", "-")
-    assert table.rows[2][6:] == ("-", "-", "free (never changed)")
+    assert table.rows[2][6:9] == ("-", "-", "free (never changed)")
     # The ledger could not be read: the column says so instead of "never".
     assert views.fleet_table(nodes, None, 1.5, NOW).rows[0][7] == "?"
+
+
+def test_the_fleet_table_says_which_nodes_slicewise_keeps_its_hands_off() -> None:
+    nodes = [
+        node("dra", labels={"nvidia.com/dra-kubelet-plugin": "true"}),
+        node("no-plugin", labels={"nvidia.com/gpu.deploy.device-plugin": "false"}),
+        node("bare", product="", gpu_count=0),
+        node("ours", labels={"nvidia.com/gpu.deploy.device-plugin": "true"}),
+    ]
+    column = [row[-1] for row in views.fleet_table(nodes, {}, 1.0, NOW).rows]
+    assert column[0].startswith("hands off: its GPUs are allocated by the NVIDIA DRA driver")
+    assert column[1].startswith("hands off: the GPU Operator's device plugin does not run here")
+    assert column[2].startswith("hands off: no GPU Feature Discovery labels")
+    assert column[3] == "plans it"
 
 
 def test_gpu_models_drop_the_mig_and_sharing_suffixes() -> None:

@@ -29,6 +29,12 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+#: Nodes whose GPUs the NVIDIA DRA driver allocates carry this label (GPU Operator, "NVIDIA DRA Driver for GPUs":
+#: the label selecting the driver's GPU kubelet plugin). There, MIG is the driver's to partition dynamically, and
+#: the MIG manager must not run beside it.
+DRA_KUBELET_PLUGIN_LABEL = "nvidia.com/dra-kubelet-plugin"
+#: The GPU Operator deploys its device plugin on a node unless this label is "false".
+DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
 #: Extended resources that are GPUs or GPU slices: ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` and the
 #: mixed-strategy MIG resources ``nvidia.com/mig-<profile>``.
@@ -70,6 +76,27 @@ class GpuNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
+
+    def hands_off(self) -> str:
+        """Why Slicewise must not plan or change this node ("" when it may): its GPUs are the NVIDIA DRA
+        driver's, the GPU Operator's device plugin does not run on it, or GPU Feature Discovery has not
+        labelled it (not a GPU Operator node)."""
+        if self.labels.get(DRA_KUBELET_PLUGIN_LABEL, "").lower() == "true":
+            return (
+                f"its GPUs are allocated by the NVIDIA DRA driver ({DRA_KUBELET_PLUGIN_LABEL}=true): dynamic MIG "
+                "is the driver's, and the MIG manager must not run beside it"
+            )
+        if self.labels.get(DEVICE_PLUGIN_DEPLOY_LABEL, "").lower() == "false":
+            return (
+                f"the GPU Operator's device plugin does not run here ({DEVICE_PLUGIN_DEPLOY_LABEL}=false): "
+                "nothing would advertise the resources of a new layout"
+            )
+        if not self.gpu_product or self.gpu_count < 1:
+            return (
+                f"no GPU Feature Discovery labels ({GPU_PRODUCT_LABEL}, {GPU_COUNT_LABEL}): not a GPU Operator "
+                "node"
+            )
+        return ""
 
 
 @dataclass(frozen=True)

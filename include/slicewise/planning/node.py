@@ -110,6 +110,8 @@ class NodeContext:
 def node_context(obs: NodeObservation, forecasts: list[SeriesForecast], catalog: Catalog) -> NodeContext:
     """Resolve the node's model and current layout; raises NotPlannable with the reason when it cannot be."""
     node = obs.node
+    if reason := node.hands_off():
+        raise NotPlannable(f"not Slicewise's to touch: {reason}")
     if node.unschedulable:
         raise NotPlannable("node is cordoned (by someone or a running rollout): left alone")
     if node.mig_config_state in ("pending", "rebooting"):

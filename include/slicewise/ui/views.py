@@ -31,6 +31,7 @@ FLEET_COLUMNS = (
     "last change (annotation)",
     "last change (ledger)",
     "dwell",
+    "Slicewise",
 )
 
 
@@ -90,6 +91,7 @@ def fleet_table(
                 at(changed),
                 ledger,
                 dwell,
+                f"hands off: {reason}" if (reason := node.hands_off()) else "plans it",
             )
         )
     return Table(FLEET_COLUMNS, tuple(rows))

@@ -80,6 +80,29 @@ def test_nodes_that_cannot_be_planned_are_skipped_with_the_reason(
     assert why in verdict.reasons[0]
 
 
+@pytest.mark.parametrize(
+    ("labels", "why"),
+    [
+        ({"nvidia.com/dra-kubelet-plugin": "true"}, "allocated by the NVIDIA DRA driver"),
+        ({"nvidia.com/gpu.deploy.device-plugin": "false"}, "device plugin does not run here"),
+    ],
+)
+def test_nodes_that_are_not_slicewises_to_touch_are_skipped_with_the_reason(
+    catalog: Catalog, labels: dict[str, str], why: str
+) -> None:
+    from dataclasses import replace
+
+    gpu_node, series = _idle_node(catalog)
+    theirs = replace(gpu_node, labels={**gpu_node.labels, **labels})  # type: ignore[type-var]
+    verdict = plan_fleet([observe(theirs)], forecasts(series), catalog, THRESHOLDS, NOW).nodes[0]  # type: ignore[arg-type]
+    assert verdict.action == SKIP
+    assert verdict.reasons[0].startswith("not Slicewise's to touch") and why in verdict.reasons[0]
+    # Without the label the same node is planned (a change: it is idle).
+    assert (
+        plan_fleet([observe(gpu_node)], forecasts(series), catalog, THRESHOLDS, NOW).nodes[0].action != SKIP
+    )  # type: ignore[arg-type]
+
+
 def test_an_unknown_gpu_product_is_skipped(catalog: Catalog) -> None:
     from dataclasses import replace
 

@@ -224,3 +224,18 @@ def test_a_node_verified_before_a_kill_is_not_cordoned_or_drained_again(
     retried = used[1].log
     # The retried task only stamps the change: no cordon, no eviction, no label on the node done before.
     assert [w for w in retried if w[1] == node] == [("annotations", node)]
+
+
+def test_a_node_handed_to_the_dra_driver_after_the_plan_is_left_alone(harness: Harness) -> None:
+    harness.cluster.set_labels(
+        "sim-a100-80-0",
+        {"nvidia.com/dra-kubelet-plugin": "true"},
+        expected={"nvidia.com/dra-kubelet-plugin": None},
+    )
+    ctx = harness.rollouts(shares=(1.0,))
+    rollout_id = engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["rollout_id"]
+    assert engine.apply_wave(ctx, rollout_id, 0)["nodes"] == {"sim-a100-80-0": ledger_mod.ABORTED}
+    record = harness.ledger.node(rollout_id, "sim-a100-80-0")
+    assert "not Slicewise's to touch" in record.detail and "DRA driver" in record.detail
+    node = harness.cluster.get_node("sim-a100-80-0")
+    assert (node.mig_config, node.unschedulable, record.snapshot) == ("all-balanced", False, None)
