@@ -10,7 +10,7 @@ planner's `plans/*/observed.json` and `forecasts.json`, and the rollout ledger.
 | task | does |
 |---|---|
 | `collect_inputs` | the window's validated hours (and the hours before it that savings compare against), the planner's runs, the ledger's applied changes and rollbacks → `inputs.json` in a work folder. No validated hour: the daily run fails, a partial run skips |
-| `allocate` | per hour: every GPU-minute attributed (MIG slice = its share of the GPU, MPS tenant = 1/replicas, whole GPU = 1, nobody = `__unallocated__`), used hours from DCGM engine activity, idle = allocated - used, priced per node → `allocation.parquet` |
+| `allocate` | per hour: every GPU-minute attributed (MIG slice = its share of the GPU, MPS tenant = 1/replicas, whole GPU = 1, nobody = `__idle__`), used hours from DCGM engine activity, idle = allocated - used, priced per node → `allocation.parquet` |
 | `attribute` | idle time per namespace with evidence (allocated-but-idle, memory-bound, input-bound, could-share; "not measured" when DCGM cannot say), savings per applied change (an estimate, with its method), forecast accuracy per predictor |
 | `publish_report` | `reports/<date>/report.html` (self-contained: tables and plots), `allocation.csv` (OpenCost's field names), `summary.json`; replaces the day's folder atomically; emits `slicewise_cost_report` with the headline totals and paths |
 

@@ -140,7 +140,7 @@ def _reconciles(summary: dict[str, Any], allocation: pd.DataFrame, capacity: flo
     namespaces = summary["namespaces"]
     assert sum(n["gpuHours"] for n in namespaces) == pytest.approx(totals["gpuHours"])
     assert sum(n["gpuCost"] for n in namespaces) == pytest.approx(totals["gpuCost"])
-    unallocated = next(n for n in namespaces if n["namespace"] == "__unallocated__")
+    unallocated = next(n for n in namespaces if n["namespace"] == "__idle__")
     assert unallocated["gpuHours"] == pytest.approx(totals["unallocatedGpuHours"])
     # Per row: allocated = used + idle (+ not measured), and the CSV sums to the summary.
     per_row = allocation["usedGpuHours"] + allocation["idleGpuHours"] + allocation["unmeasuredGpuHours"]
@@ -184,7 +184,7 @@ def test_partial_then_daily_report_reconciles_with_plots_savings_and_accuracy(se
     # MPS replicas of sim-h100-1 come from the planner's observation; every tenant's usage is an estimate.
     mps = allocation[allocation["node"] == "sim-h100-1"]
     assert set(mps["mps_replicas"]) == {4} and set(mps["replicas_method"]) == {"observed"}
-    assert mps.loc[mps["namespace"] != "__unallocated__", "usage_estimate"].all()
+    assert mps.loc[mps["namespace"] != "__idle__", "usage_estimate"].all()
     # MIG slices count g/7: the H200's 3g+3g leaves 1/7 of each GPU uncovered, unallocated.
     h200 = allocation[(allocation["node"] == "sim-h200-0") & (allocation["sharing"] == "uncovered")]
     assert h200["gpuHours"].sum() == pytest.approx(4 * HOURS / 7, rel=1e-5)

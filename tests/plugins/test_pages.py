@@ -132,7 +132,7 @@ def test_the_cost_page_shows_the_latest_report_as_tables(api: Api, full_home: Ho
         ["used GPU-hours", "301.25"],
         ["idle GPU-hours", "274.75"],
         ["unmeasured GPU-hours (no activity metric)", "0.00"],
-        ["unallocated GPU-hours (nobody requested)", "96.00"],
+        ["GPU-hours no workload held (__idle__)", "96.00"],
         ["allocated GPU-hours", "480.00"],
         ["allocated but idle GPU-hours", "178.75"],
         ["capacity (GPUs x hours)", "576.00"],
@@ -140,7 +140,7 @@ def test_the_cost_page_shows_the_latest_report_as_tables(api: Api, full_home: Ho
         ["GPU cost", "456.00 USD"],
         ["idle cost", "261.01 USD"],
         ["allocated idle cost", "169.81 USD"],
-        ["unallocated cost", "91.20 USD"],
+        ["cost of capacity no workload held (__idle__)", "91.20 USD"],
     ]
     assert _cells(page, "namespaces") == [
         ["team-vision", "288.00", "273.60 USD", "61.56 USD", "77.5%"],

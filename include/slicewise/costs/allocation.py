@@ -5,7 +5,7 @@ One row per (hour, node, GPU model, sharing kind, resource, namespace, pod, cont
 (facts §6.4: ``name``, ``window``, ``start``, ``end``, ``minutes``, ``gpuCount``, ``gpuRequestAverage``,
 ``gpuUsageAverage``, ``gpuHours``, ``gpuCost``, ``gpuCostIdle``, ``gpuEfficiency``), so the two can be joined;
 the rest are Slicewise's. Per row, always: ``gpuHours = usedGpuHours + idleGpuHours + unmeasuredGpuHours``.
-Capacity nobody requested is its own row named ``__unallocated__``.
+Capacity nobody requested is its own row named ``__idle__``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slicewise.costs.pricing import PriceTable
-from slicewise.costs.samples import MPS, UNALLOCATED
+from slicewise.costs.samples import MPS, NO_WORKLOAD
 from slicewise.costs.sharing import LayoutHistory
 
 if TYPE_CHECKING:
@@ -61,13 +61,15 @@ COLUMNS = (
 
 
 def team_map(raw: str) -> dict[str, str]:
-    """The setting ``cost_team_map`` (a JSON object namespace -> team); ValueError when it is not one."""
+    """The setting ``cost_team_map`` (a JSON object namespace -> team); SettingsError when it is not one."""
+    from slicewise.settings import SettingsError
+
     try:
         parsed = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
-        raise ValueError(f"cost_team_map is not valid JSON: {exc}") from None
+        raise SettingsError(f"cost_team_map is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
-        raise ValueError("cost_team_map must be a JSON object of namespace -> team name")
+        raise SettingsError("cost_team_map must be a JSON object of namespace -> team name")
     return {str(k): v for k, v in parsed.items()}
 
 
@@ -121,11 +123,11 @@ def allocation_rows(
     rows["start"] = rows["hour"].map(_iso)
     rows["end"] = (rows["hour"] + pd.Timedelta(hours=1)).map(_iso)
     rows["window"] = rows["start"] + "," + rows["end"]
-    unallocated = rows["namespace"] == UNALLOCATED
+    unallocated = rows["namespace"] == NO_WORKLOAD
     rows["name"] = np.where(
-        unallocated, UNALLOCATED, rows["namespace"] + "/" + rows["pod"] + "/" + rows["container"]
+        unallocated, NO_WORKLOAD, rows["namespace"] + "/" + rows["pod"] + "/" + rows["container"]
     )
-    rows["team"] = [UNALLOCATED if n == UNALLOCATED else teams.get(n, n) for n in rows["namespace"]]
+    rows["team"] = [NO_WORKLOAD if n == NO_WORKLOAD else teams.get(n, n) for n in rows["namespace"]]
     rows["sharing"] = rows["kind"]
     rows["usage_estimate"] = rows["kind"] == MPS
     rows.loc[rows["kind"].isin(("mig", "uncovered")), "mps_replicas"] = np.nan
@@ -159,8 +161,8 @@ def totals(rows: pd.DataFrame) -> dict[str, float]:
     """Cluster totals in GPU-hours and money. ``gpuHours`` is all capacity (= used + idle + not measured);
     ``idleGpuHours`` includes the unallocated capacity, of which ``unallocated*`` is the part nobody
     requested; ``allocated*`` is what workloads held."""
-    unallocated = rows[rows["namespace"] == UNALLOCATED]
-    held = rows[rows["namespace"] != UNALLOCATED]
+    unallocated = rows[rows["namespace"] == NO_WORKLOAD]
+    held = rows[rows["namespace"] != NO_WORKLOAD]
     out = {k: float(rows[k].sum()) for k in SUMMED}
     out["unallocatedGpuHours"] = float(unallocated["gpuHours"].sum())
     out["unallocatedCost"] = float(unallocated["gpuCost"].sum())
@@ -182,9 +184,9 @@ def by_namespace(rows: pd.DataFrame, key: str = "namespace") -> pd.DataFrame:
         measured > 1e-12, out["usedGpuHours"] / measured.where(measured > 0, 1), np.nan
     )
     # Capacity nobody requested has no efficiency (its used hours, if any, are activity without a pod).
-    out.loc[out[key] == UNALLOCATED, "gpuEfficiency"] = np.nan
+    out.loc[out[key] == NO_WORKLOAD, "gpuEfficiency"] = np.nan
     # Namespaces by cost, the unallocated line last.
-    out["_last"] = out[key] == UNALLOCATED
+    out["_last"] = out[key] == NO_WORKLOAD
     return out.sort_values(["_last", "gpuCost"], ascending=[True, False]).drop(columns="_last")
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slicewise.costs.samples import MIG, UNALLOCATED, WHOLE
+from slicewise.costs.samples import MIG, NO_WORKLOAD, WHOLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,7 +95,7 @@ def hour_evidence(samples: pd.DataFrame, thresholds: IdleThresholds) -> pd.DataF
     """Per pod and GPU series: the additive sums the categories are judged on (``EVIDENCE_SUMS``)."""
     import pandas as pd
 
-    pods = samples[samples["kind"].isin((MIG, WHOLE)) & (samples["namespace"] != UNALLOCATED)]
+    pods = samples[samples["kind"].isin((MIG, WHOLE)) & (samples["namespace"] != NO_WORKLOAD)]
     if pods.empty:
         return pd.DataFrame(columns=[*EVIDENCE_KEY, *EVIDENCE_SUMS])
     hours = pods["alloc"].to_numpy(dtype=float)
@@ -136,7 +136,7 @@ def attribute_idle(
     ``rows``: the allocation rows of the period (prices per node and hour come from them).
     """
     findings: list[IdleFinding] = []
-    tenants = rows[rows["namespace"] != UNALLOCATED]
+    tenants = rows[rows["namespace"] != NO_WORKLOAD]
     price = _price_lookup(rows)
     for namespace in sorted(tenants["namespace"].unique()):
         mine = tenants[tenants["namespace"] == namespace]

@@ -11,14 +11,14 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from slicewise.costs.samples import UNALLOCATED
+from slicewise.costs.samples import NO_WORKLOAD
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-UNALLOCATED_COLOUR = "#b0b0b0"
-UNALLOCATED_LABEL = "unallocated (__unallocated__)"
+NO_WORKLOAD_COLOUR = "#b0b0b0"
+NO_WORKLOAD_LABEL = "no workload (__idle__)"
 USED_COLOUR, IDLE_COLOUR, UNMEASURED_COLOUR = "#2b8a3e", "#e8590c", "#adb5bd"
 
 
@@ -43,9 +43,9 @@ def cost_by_namespace_over_time(rows: pd.DataFrame, currency: str) -> str | None
     table = rows.pivot_table(
         index="start", columns="namespace", values="gpuCost", aggfunc="sum", fill_value=0.0
     )
-    order = [c for c in table.sum().sort_values(ascending=False).index if c != UNALLOCATED]
-    if UNALLOCATED in table.columns:
-        order.append(UNALLOCATED)
+    order = [c for c in table.sum().sort_values(ascending=False).index if c != NO_WORKLOAD]
+    if NO_WORKLOAD in table.columns:
+        order.append(NO_WORKLOAD)
     figure = new_figure()
     axes = figure.subplots()
     labels = [s[11:16] for s in table.index]
@@ -54,14 +54,14 @@ def cost_by_namespace_over_time(rows: pd.DataFrame, currency: str) -> str | None
     palette = _palette(len(order))
     for index, namespace in enumerate(order):
         values = table[namespace].tolist()
-        unallocated = namespace == UNALLOCATED
+        unallocated = namespace == NO_WORKLOAD
         axes.bar(
             positions,
             values,
             bottom=bottom,
             # matplotlib hides legend labels that start with "_"
-            label=UNALLOCATED_LABEL if unallocated else namespace,
-            color=UNALLOCATED_COLOUR if unallocated else palette[index],
+            label=NO_WORKLOAD_LABEL if unallocated else namespace,
+            color=NO_WORKLOAD_COLOUR if unallocated else palette[index],
             width=0.8,
         )
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
@@ -88,7 +88,7 @@ def allocated_used_idle(namespaces: pd.DataFrame) -> str | None:
     used = frame["usedGpuHours"].tolist()
     idle = frame["idleGpuHours"].tolist()
     unmeasured = frame["unmeasuredGpuHours"].tolist()
-    idle_colours = [UNALLOCATED_COLOUR if n == UNALLOCATED else IDLE_COLOUR for n in names]
+    idle_colours = [NO_WORKLOAD_COLOUR if n == NO_WORKLOAD else IDLE_COLOUR for n in names]
     axes.barh(positions, used, color=USED_COLOUR)
     axes.barh(positions, idle, left=used, color=idle_colours)
     left = [u + i for u, i in zip(used, idle, strict=True)]
@@ -99,8 +99,8 @@ def allocated_used_idle(namespaces: pd.DataFrame) -> str | None:
     if any(v > 0 for v in unmeasured):
         axes.barh(positions, unmeasured, left=left, color=UNMEASURED_COLOUR, hatch="//")
         handles.append(Patch(color=UNMEASURED_COLOUR, hatch="//", label="not measured"))
-    if UNALLOCATED in names:
-        handles.append(Patch(color=UNALLOCATED_COLOUR, label="unallocated (nobody requested it)"))
+    if NO_WORKLOAD in names:
+        handles.append(Patch(color=NO_WORKLOAD_COLOUR, label="unallocated (nobody requested it)"))
     axes.set_yticks(positions, names)
     axes.set_xlabel("GPU-hours")
     axes.set_title("Allocated vs used vs idle")

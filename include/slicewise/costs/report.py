@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slicewise.costs import allocation
-from slicewise.costs.samples import GPU_UTIL, MPS, NOT_MEASURED, UNALLOCATED
+from slicewise.costs.samples import GPU_UTIL, MPS, NO_WORKLOAD, NOT_MEASURED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +62,7 @@ def build_summary(
     """``summary.json``: the keys the UI plugin reads (README "Cost report") plus the method notes."""
     base = allocation.totals(rows)
     measured = base["gpuHours"] - base["unallocatedGpuHours"] - _unmeasured_tenant_hours(rows)
-    tenant_used = float(rows.loc[rows["namespace"] != UNALLOCATED, "usedGpuHours"].sum())
+    tenant_used = float(rows.loc[rows["namespace"] != NO_WORKLOAD, "usedGpuHours"].sum())
     totals: dict[str, float | None] = {
         **base,
         "capacityGpuHours": capacity_gpu_hours,
@@ -105,7 +105,7 @@ def build_summary(
 
 
 def _unmeasured_tenant_hours(rows: pd.DataFrame) -> float:
-    return float(rows.loc[rows["namespace"] != UNALLOCATED, "unmeasuredGpuHours"].sum())
+    return float(rows.loc[rows["namespace"] != NO_WORKLOAD, "unmeasuredGpuHours"].sum())
 
 
 def json_safe(value: Any) -> Any:
@@ -143,8 +143,7 @@ def notes(
     out.append(f"a MIG slice counts {share} of a GPU (setting cost_mig_share={mig_share})")
     out.append(
         "capacity nobody requested (idle MIG instances, slices no instance covers, whole GPUs without a pod, "
-        "unrequested MPS replicas) is the line __unallocated__; OpenCost calls cluster capacity without a "
-        "workload __idle__ and uses __unallocated__ for workloads without the aggregated label"
+        "unrequested MPS replicas) is the line __idle__, as OpenCost names capacity no workload holds"
     )
     if not rows.empty and (rows["sharing"] == MPS).any():
         methods = sorted(set(rows.loc[rows["sharing"] == MPS, "replicas_method"]))
@@ -169,12 +168,12 @@ def notes(
     allocated = totals["gpuHours"]
     out.append(
         f"reconciliation: {capacity:.3f} GPU-h of physical GPUs seen by DCGM; {allocated:.3f} GPU-h allocated "
-        "to namespaces and __unallocated__"
+        "to namespaces and __idle__"
     )
     out.extend(extra)
     return out
 
 
 def allocation_csv(rows: pd.DataFrame) -> str:
-    """``allocation.csv``: one row per hour and pod (and ``__unallocated__`` line), ``allocation.COLUMNS``."""
+    """``allocation.csv``: one row per hour and pod (and ``__idle__`` line), ``allocation.COLUMNS``."""
     return str(rows[list(allocation.COLUMNS)].to_csv(index=False, float_format="%.6f"))

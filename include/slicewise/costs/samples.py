@@ -5,16 +5,16 @@ One GPU-minute of capacity is split without loss (so the cluster total always re
 
 - **MIG instance** (a DCGM series with ``gpu_instance_id``): its share of the GPU — compute slices / the model's
   compute slices (``compute``, default) or memory slices / memory slices (``memory``) — to the pod DCGM names
-  on it, else ``__unallocated__``. Used = ``engine_active`` x share (DCGM reports activity per instance).
-- **slices no instance covers** (e.g. 3g+3g leaves 1/7 of the compute): ``__unallocated__``, kind ``uncovered``.
-- **whole GPU, not shared**: 1 to the pod DCGM names, else ``__unallocated__``. Used = ``engine_active``, or
+  on it, else ``__idle__``. Used = ``engine_active`` x share (DCGM reports activity per instance).
+- **slices no instance covers** (e.g. 3g+3g leaves 1/7 of the compute): ``__idle__``, kind ``uncovered``.
+- **whole GPU, not shared**: 1 to the pod DCGM names, else ``__idle__``. Used = ``engine_active``, or
   ``gpu_util`` / 100 where profiling metrics are missing (``usage_method`` says so).
 - **whole GPU shared by MPS** (``replicas`` > 1, see :mod:`slicewise.costs.sharing`): DCGM cannot tell tenants
   apart (the series carry no pod labels), so each running ``nvidia.com/gpu`` request on the node in the demand
-  frame gets ``requested / replicas`` of a GPU, the node's unrequested replicas go to ``__unallocated__``, and
+  frame gets ``requested / replicas`` of a GPU, the node's unrequested replicas go to ``__idle__``, and
   the node's measured activity is split over the tenants in proportion to their shares, capped at each share —
   an **estimate** (``usage_estimate``). Activity beyond the tenants' shares (MPS caps a client's threads, not
-  the engine's busy time) stays on the node's ``__unallocated__`` line, so no measured activity is lost.
+  the engine's busy time) stays on the node's ``__idle__`` line, so no measured activity is lost.
 
 A sample whose activity was not measured keeps its capacity (``alloc``) but has ``used`` NaN and counts as
 ``unmeasured``: never guessed as idle or busy.
@@ -34,7 +34,7 @@ from slicewise.costs.sharing import LayoutHistory, Sharing, mps_replicas
 if TYPE_CHECKING:
     import pandas as pd
 
-UNALLOCATED = "__unallocated__"
+NO_WORKLOAD = "__idle__"
 MIG, WHOLE, MPS, UNCOVERED = "mig", "whole", "mps", "uncovered"
 GPU_KSM = ksm_resource("nvidia.com/gpu")
 COMPUTE, MEMORY = "compute", "memory"
@@ -196,7 +196,7 @@ def _node_sharing(
 def _dedicated(
     rows: pd.DataFrame, by_name: Mapping[str, GpuModel], mode: str, weight: float, kind: str
 ) -> pd.DataFrame:
-    """Whole GPUs or MIG instances: the series' share to the pod DCGM names on it, or ``__unallocated__``."""
+    """Whole GPUs or MIG instances: the series' share to the pod DCGM names on it, or ``__idle__``."""
     if rows.empty:
         return rows.iloc[0:0]
     out = rows.copy()
@@ -213,7 +213,7 @@ def _dedicated(
         out["resource"] = GPU_KSM
     out["kind"] = kind
     owned = out["pod"] != ""
-    out.loc[~owned, "namespace"] = UNALLOCATED
+    out.loc[~owned, "namespace"] = NO_WORKLOAD
     out.loc[~owned, "container"] = ""
     out["alloc"] = out["share"] * weight
     measured = out["usage_method"] != NOT_MEASURED
@@ -233,7 +233,7 @@ def _normalised(mig: pd.DataFrame) -> pd.DataFrame:
 
 
 def _uncovered(mig: pd.DataFrame, weight: float) -> pd.DataFrame:
-    """The part of each MIG GPU no instance covers, per timestamp, as ``__unallocated__`` capacity."""
+    """The part of each MIG GPU no instance covers, per timestamp, as ``__idle__`` capacity."""
     import pandas as pd
 
     if mig.empty:
@@ -251,7 +251,7 @@ def _uncovered(mig: pd.DataFrame, weight: float) -> pd.DataFrame:
             "gpu_instance_id": "",
             "kind": UNCOVERED,
             "resource": "",
-            "namespace": UNALLOCATED,
+            "namespace": NO_WORKLOAD,
             "pod": "",
             "container": "",
             "share": left["share"],
@@ -312,7 +312,7 @@ def _mps(shared: pd.DataFrame, demand: pd.DataFrame, weight: float) -> list[pd.D
     idle["unmeasured"] = np.where(idle_measured, 0.0, idle["alloc"])
     idle["usage_method"] = np.where(idle_measured, IDLE_REPLICAS + " (" + idle["methods"] + ")", NOT_MEASURED)
     idle["kind"] = MPS
-    idle["namespace"], idle["pod"], idle["container"] = UNALLOCATED, "", ""
+    idle["namespace"], idle["pod"], idle["container"] = NO_WORKLOAD, "", ""
 
     out = []
     for part in (tenants, idle):

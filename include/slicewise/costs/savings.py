@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.costs.samples import UNALLOCATED
+from slicewise.costs.samples import NO_WORKLOAD
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,7 +68,7 @@ def _hourly(rows: pd.DataFrame, node: str) -> pd.DataFrame:
     mine = rows[rows["node"] == node]
     if mine.empty:
         return pd.DataFrame(columns=["waste", "waste_cost", "used", "capacity"])
-    unallocated = mine["namespace"] == UNALLOCATED
+    unallocated = mine["namespace"] == NO_WORKLOAD
     frame = pd.DataFrame(
         {
             "start": mine["start"],

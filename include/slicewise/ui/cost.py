@@ -18,7 +18,7 @@ TOTALS = (
     ("usedGpuHours", "used GPU-hours"),
     ("idleGpuHours", "idle GPU-hours"),
     ("unmeasuredGpuHours", "unmeasured GPU-hours (no activity metric)"),
-    ("unallocatedGpuHours", "unallocated GPU-hours (nobody requested)"),
+    ("unallocatedGpuHours", "GPU-hours no workload held (__idle__)"),
     ("allocatedGpuHours", "allocated GPU-hours"),
     ("allocatedIdleGpuHours", "allocated but idle GPU-hours"),
     ("capacityGpuHours", "capacity (GPUs x hours)"),
@@ -26,7 +26,7 @@ TOTALS = (
     ("gpuCost", "GPU cost"),
     ("gpuCostIdle", "idle cost"),
     ("allocatedCostIdle", "allocated idle cost"),
-    ("unallocatedCost", "unallocated cost"),
+    ("unallocatedCost", "cost of capacity no workload held (__idle__)"),
 )
 #: Sections after the totals and namespaces, with their headings; any other key of the summary follows under
 #: its own name, so a richer summary never hides data.

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from slicewise.costs import allocation
-from slicewise.costs.samples import GPU_UTIL, NOT_MEASURED, UNALLOCATED, hour_samples
+from slicewise.costs.samples import GPU_UTIL, NO_WORKLOAD, NOT_MEASURED, hour_samples
 from slicewise.costs.sharing import LayoutHistory, ledger_event
 from tests.unit.costs.frames import (
     A100_80,
@@ -74,8 +74,8 @@ def test_a_mig_split_charges_each_tenant_its_compute_share_and_the_idle_slice_is
     assert (b["gpuHours"], b["usedGpuHours"]) == pytest.approx((2 / 7, 0.25 * 2 / 7))
     c = one(rows, namespace="team-c")
     assert (c["gpuHours"], c["usedGpuHours"], c["idleGpuHours"]) == pytest.approx((1 / 7, 1 / 7, 0.0))
-    idle = one(rows, namespace=UNALLOCATED)
-    assert idle["name"] == UNALLOCATED and idle["resource"] == "nvidia_com_mig_1g_10gb"
+    idle = one(rows, namespace=NO_WORKLOAD)
+    assert idle["name"] == NO_WORKLOAD and idle["resource"] == "nvidia_com_mig_1g_10gb"
     assert (idle["gpuHours"], idle["usedGpuHours"], idle["gpuCost"]) == pytest.approx((1 / 7, 0.0, 2 / 7))
     reconciles(rows)
     # The four slices are the whole GPU: one GPU-hour at $2, nothing lost or double-counted.
@@ -88,7 +88,7 @@ def test_with_memory_shares_the_same_split_counts_memory_slices_over_eight() -> 
     assert one(rows, namespace="team-a")["gpuHours"] == pytest.approx(4 / 8)
     assert one(rows, namespace="team-b")["gpuHours"] == pytest.approx(2 / 8)
     assert one(rows, namespace="team-c")["gpuHours"] == pytest.approx(1 / 8)
-    assert one(rows, namespace=UNALLOCATED)["gpuHours"] == pytest.approx(1 / 8)
+    assert one(rows, namespace=NO_WORKLOAD)["gpuHours"] == pytest.approx(1 / 8)
     assert rows["gpuHours"].sum() == pytest.approx(1.0)
 
 
@@ -100,7 +100,7 @@ def test_compute_slices_no_instance_covers_are_unallocated_capacity() -> None:
     )
     rows = allocate(gpu)
     uncovered = one(rows, sharing="uncovered")
-    assert uncovered["namespace"] == UNALLOCATED
+    assert uncovered["namespace"] == NO_WORKLOAD
     assert (uncovered["gpuHours"], uncovered["usedGpuHours"], uncovered["gpuCost"]) == pytest.approx(
         (1 / 7, 0, 5 / 7)
     )
@@ -130,7 +130,7 @@ def test_mps_tenants_hold_a_quarter_each_and_split_the_gpus_activity_as_an_estim
         assert tenant["usage_estimate"] and tenant["sharing"] == "mps"
         assert tenant["mps_replicas"] == 4 and tenant["replicas_method"] == "observed"
         assert "estimate" in tenant["usage_method"]
-    spare = one(rows, namespace=UNALLOCATED)
+    spare = one(rows, namespace=NO_WORKLOAD)
     assert (spare["gpuHours"], spare["usedGpuHours"], spare["gpuCost"]) == pytest.approx((0.25, 0.0, 1.0))
     reconciles(rows)
     assert rows["gpuHours"].sum() == pytest.approx(1.0)
@@ -140,11 +140,11 @@ def test_an_mps_tenant_that_sits_idle_is_charged_its_share_of_usage_because_dcgm
     """Four tenants, one of them idle in truth: DCGM shows one GPU at 0.6, so each is estimated at 0.15."""
     gpu, demand, history = mps_node(engine=0.6, tenants=4)
     rows = allocate(gpu, demand, history)
-    used = rows.loc[rows["namespace"] != UNALLOCATED, "usedGpuHours"]
+    used = rows.loc[rows["namespace"] != NO_WORKLOAD, "usedGpuHours"]
     assert len(used) == 4
     np.testing.assert_allclose(used, 0.15)
     assert rows["usage_estimate"].all()
-    assert UNALLOCATED not in set(rows["namespace"])
+    assert NO_WORKLOAD not in set(rows["namespace"])
 
 
 def test_mps_activity_beyond_the_tenants_shares_stays_on_the_unallocated_line() -> None:
@@ -152,7 +152,7 @@ def test_mps_activity_beyond_the_tenants_shares_stays_on_the_unallocated_line() 
     rows = allocate(gpu, demand, history)
     for k in range(3):
         assert one(rows, namespace=f"team-{k}")["usedGpuHours"] == pytest.approx(0.25)
-    assert one(rows, namespace=UNALLOCATED)["usedGpuHours"] == pytest.approx(0.15)
+    assert one(rows, namespace=NO_WORKLOAD)["usedGpuHours"] == pytest.approx(0.15)
     assert rows["usedGpuHours"].sum() == pytest.approx(0.9)
 
 
@@ -163,7 +163,7 @@ def test_without_history_mps_replicas_are_inferred_from_the_demand_and_say_so() 
     tenant = one(rows, pod="p0")
     assert tenant["mps_replicas"] == 3 and tenant["replicas_method"] == "demand"  # ceil(5 requests / 2 GPUs)
     assert tenant["gpuHours"] == pytest.approx(1 / 3)
-    assert one(rows, namespace=UNALLOCATED)["gpuHours"] == pytest.approx(2 - 5 / 3)
+    assert one(rows, namespace=NO_WORKLOAD)["gpuHours"] == pytest.approx(2 - 5 / 3)
 
 
 def test_whole_gpus_go_to_the_pod_dcgm_names_and_an_unlabelled_unshared_gpu_is_unallocated() -> None:
@@ -175,7 +175,7 @@ def test_whole_gpus_go_to_the_pod_dcgm_names_and_an_unlabelled_unshared_gpu_is_u
     t = one(rows, namespace="train")
     assert (t["gpuHours"], t["usedGpuHours"], t["gpuCost"]) == pytest.approx((1.0, 0.8, 4.0))
     assert t["replicas_method"] == "default" and t["mps_replicas"] == 1
-    assert one(rows, namespace=UNALLOCATED)["gpuHours"] == pytest.approx(1.0)
+    assert one(rows, namespace=NO_WORKLOAD)["gpuHours"] == pytest.approx(1.0)
 
 
 def test_a_node_whose_layout_changed_mid_day_is_allocated_by_the_layout_of_each_hour() -> None:
@@ -209,11 +209,11 @@ def test_a_node_whose_layout_changed_mid_day_is_allocated_by_the_layout_of_each_
     )
     assert one(before, namespace="big")["gpuHours"] == pytest.approx(1.0)
     assert after.loc[after["namespace"] == "small", "gpuHours"].sum() == pytest.approx(3 / 7)
-    assert one(after, node="node-m", namespace=UNALLOCATED)["gpuHours"] == pytest.approx(4 / 7)
+    assert one(after, node="node-m", namespace=NO_WORKLOAD)["gpuHours"] == pytest.approx(4 / 7)
     assert one(before, pod="r0")["gpuHours"] == pytest.approx(0.5)
     assert one(before, pod="r0")["mps_replicas"] == 2
     assert one(after, pod="r0")["gpuHours"] == pytest.approx(0.25)
-    assert one(after, node="node-s", namespace=UNALLOCATED)["gpuHours"] == pytest.approx(0.5)
+    assert one(after, node="node-s", namespace=NO_WORKLOAD)["gpuHours"] == pytest.approx(0.5)
     for hour in (before, after):  # two GPUs each hour, whatever the layout
         assert hour["gpuHours"].sum() == pytest.approx(2.0)
 
@@ -259,7 +259,7 @@ def test_namespace_totals_plus_unallocated_are_the_cluster_capacity_times_the_pr
     gpu = pd.concat([balanced_a100(), gpu_], ignore_index=True)
     rows = allocate(gpu, demand, history)
     namespaces = allocation.by_namespace(rows)
-    assert namespaces["namespace"].iloc[-1] == UNALLOCATED
+    assert namespaces["namespace"].iloc[-1] == NO_WORKLOAD
     # 1 A100-80GB at $2 + 1 H100 at $4 for one hour.
     assert namespaces["gpuCost"].sum() == pytest.approx(2.0 + 4.0)
     assert namespaces["gpuHours"].sum() == pytest.approx(allocation.physical_gpu_hours(gpu))
@@ -281,3 +281,46 @@ def test_teams_follow_the_map_and_default_to_the_namespace() -> None:
     assert by_team["team-c"] == pytest.approx(1 / 7)
     with pytest.raises(ValueError, match="cost_team_map"):
         allocation.team_map('["not", "a", "map"]')
+
+
+def test_allocation_rows_join_an_opencost_response_by_its_allocation_names() -> None:
+    from slicewise.costs import opencost
+
+    rows = allocate(balanced_a100())
+    start = rows["start"].iloc[0]  # one hour: 2026-...T..:00:00Z
+    hour = {"start": start, "end": rows["end"].iloc[0]}
+
+    def entry(name: str, cpu: float) -> dict[str, object]:
+        # What OpenCost returns per allocation with aggregate=namespace,pod,container, step=1h, includeIdle=true.
+        window = {"start": start.replace("Z", "+00:00"), "end": hour["end"]}
+        return {
+            "name": name,
+            "window": window,
+            **hour,
+            "cpuCost": cpu,
+            "ramCost": cpu / 2,
+            "totalCost": 3 * cpu,
+        }
+
+    response = {
+        "code": 200,
+        "data": [
+            {
+                "team-a/a/": entry("team-a/a/", 0.4),
+                "team-b/b/": entry("team-b/b/", 0.2),
+                "__idle__": entry("__idle__", 1.0),
+                "kube-system/coredns-1/coredns": entry(
+                    "kube-system/coredns-1/coredns", 0.05
+                ),  # no GPU: not ours
+            }
+        ],
+    }
+    joined = opencost.join(rows, response).set_index("name")
+    assert set(joined.index) == {"team-a/a/", "team-b/b/", "team-c/c/", NO_WORKLOAD}
+    assert joined.loc["team-a/a/", "cpuCost"] == pytest.approx(0.4)
+    assert joined.loc["team-a/a/", "gpuHours"] == pytest.approx(3 / 7)
+    # Capacity no workload holds is OpenCost's __idle__ on both sides.
+    assert joined.loc[NO_WORKLOAD, "cpuCost"] == pytest.approx(1.0)
+    assert joined.loc[NO_WORKLOAD, "gpuHours"] == pytest.approx(1 / 7)
+    # A pod OpenCost did not report keeps its GPU figures and gets no OpenCost cost, not zero.
+    assert np.isnan(joined.loc["team-c/c/", "cpuCost"]) and joined.loc["team-c/c/", "gpuHours"] > 0

@@ -78,7 +78,7 @@ def test_summary_has_the_keys_the_ui_reads_and_is_strict_json() -> None:
     assert again["currency"] == "USD" and again["default_price_per_gpu_hour"] == 0.95
     assert again["partial"] is True and (again["changes"], again["rollbacks"]) == (2, 1)
     assert {"namespace", "gpuHours", "gpuCost", "gpuCostIdle", "gpuEfficiency"} <= set(again["namespaces"][0])
-    assert again["namespaces"][-1]["namespace"] == "__unallocated__"
+    assert again["namespaces"][-1]["namespace"] == "__idle__"
     assert again["totals"]["gpuHours"] == pytest.approx(3.0) == again["totals"]["capacityGpuHours"]
     assert sum(n["gpuCost"] for n in again["namespaces"]) == pytest.approx(again["totals"]["gpuCost"])
     assert any("A30" in p["price_source"] and p["price_per_gpu_hour"] == 0.95 for p in again["price_sources"])
@@ -98,7 +98,7 @@ def test_the_html_is_self_contained_with_plots_and_tables_and_the_csv_has_openco
     }
     html = page.render_html(summary, rows, figures)
     assert html.count("src='data:image/png;base64,") == 2
-    assert "<table>" in html and "team-a" in html and "__unallocated__" in html
+    assert "<table>" in html and "team-a" in html and "__idle__" in html
     assert "No change was applied" in html and "No plan's forecasts fall in this window" in html
     assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
     csv = pd.read_csv(io.StringIO(report.allocation_csv(rows)))
