@@ -219,6 +219,68 @@ class AnchoredQuantiles(layers.Layer):
         return {**super().get_config(), "horizons": self.horizons, "levels": list(self.levels)}
 
 
+@keras.saving.register_keras_serializable(package="slicewise")
+class Calibration(layers.Layer):
+    """(batch, horizons, quantiles) -> the same, each (horizon, quantile) times ``exp(log_factor)``, quantiles
+    kept from crossing. The factors are not trained: :func:`set_calibration` writes the ones
+    :mod:`slicewise.forecasting.calibration` fitted, so they are saved and loaded with the model version."""
+
+    def __init__(self, horizons: int, quantiles: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.horizons, self.quantiles = int(horizons), int(quantiles)
+
+    def build(self, input_shape: Any) -> None:
+        self.log_factors = self.add_weight(
+            shape=(self.horizons, self.quantiles), initializer="zeros", trainable=False, name="log_factors"
+        )
+
+    def call(self, quantiles: Any) -> Any:
+        scaled = quantiles * ops.exp(ops.expand_dims(self.log_factors, 0))
+        out = [scaled[..., 0]]
+        for j in range(1, self.quantiles):
+            out.append(ops.maximum(out[-1], scaled[..., j]))
+        return ops.stack(out, axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "horizons": self.horizons, "quantiles": self.quantiles}
+
+
+CALIBRATION = "calibration"
+
+
+def with_calibration(model: keras.Model) -> keras.Model:
+    """``model`` ending in a :class:`Calibration` layer (added at identity to a version registered without
+    one), compiled as built models are."""
+    if has_calibration(model):
+        return model
+    horizons, quantiles = (int(d) for d in model.output_shape[1:])
+    outputs = Calibration(horizons, quantiles, name=CALIBRATION)(model.output)
+    calibrated = keras.Model(model.inputs, outputs, name=model.name)
+    optimizer = getattr(model, "optimizer", None) or "adam"
+    loss = getattr(model, "loss", None)
+    if loss is not None:  # a compiled model stays trainable as it was
+        calibrated.compile(optimizer=optimizer, loss=loss)
+    return calibrated
+
+
+def has_calibration(model: keras.Model) -> bool:
+    return any(isinstance(layer, Calibration) for layer in model.layers)
+
+
+def set_calibration(model: keras.Model, log_factors: np.ndarray) -> None:
+    """Write (horizons, quantiles) log-factors into the model's :class:`Calibration` layer (0 = identity)."""
+    layer = next(layer for layer in model.layers if isinstance(layer, Calibration))
+    layer.log_factors.assign(np.asarray(log_factors, dtype="float32"))
+
+
+def calibration_of(model: keras.Model) -> np.ndarray:
+    """The model's (horizons, quantiles) log-factors (zeros when it has no calibration layer)."""
+    for layer in model.layers:
+        if isinstance(layer, Calibration):
+            return np.asarray(layer.log_factors.numpy(), dtype=np.float64)
+    return np.zeros(tuple(int(d) for d in model.output_shape[1:]))
+
+
 def build_model(spec: ForecasterSpec) -> keras.Model:
     """A compiled model for ``spec``: input (window_steps, len(FEATURES)), output (horizons, quantiles)."""
     arch = spec.architecture
@@ -236,7 +298,9 @@ def build_model(spec: ForecasterSpec) -> keras.Model:
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
     anchors = WindowAnchors(min(spec.window_steps, max(1, 3600 // spec.step_s)), name="anchors")(inputs)
-    outputs = AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
+    raw = AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
+    # Identity until an update calibrates it on its newest windows (slicewise.forecasting.calibration).
+    outputs = Calibration(len(spec.horizons_minutes), len(spec.quantiles), name=CALIBRATION)(raw)
     model = keras.Model(inputs, outputs, name=spec.name)
     model.compile(
         optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)

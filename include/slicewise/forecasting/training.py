@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from slicewise.forecasting.spec import ForecasterSpec
-from slicewise.forecasting.windows import Windows
+from slicewise.forecasting.windows import Panel, Windows, make_windows
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,11 @@ def train(
     """Fit ``model`` in place for up to ``epochs_per_update`` epochs within the time budget."""
     import keras
 
+    from slicewise.forecasting.model import has_calibration, set_calibration
+
     keras.utils.set_random_seed(seed)
+    if has_calibration(model):  # the core learns raw quantiles; calibrate() rescales them afterwards
+        set_calibration(model, np.zeros(tuple(int(d) for d in model.output_shape[1:])))
     budget = spec.training.time_budget_s if time_budget_s is None else time_budget_s
     x, y, n_replay = training_set(new, replay, spec, seed)
     began = time.monotonic()
@@ -74,3 +78,28 @@ def train(
                 stopped = epochs < spec.training.epochs_per_update
                 break
     return TrainReport(len(x) - n_replay, n_replay, epochs, time.monotonic() - began, loss, stopped)
+
+
+def calibration_start(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
+    """Where training ends so that an hour of calibration windows, their targets known, fits before
+    ``eval_from``: ``eval_from`` less an hour less the longest horizon."""
+    return eval_from - max(1, 3600 // step_s) - max(spec.horizon_steps())
+
+
+def calibrate(model: Any, panel: Panel, spec: ForecasterSpec, train_end: int, eval_from: int) -> np.ndarray:
+    """Fit the model's calibration (:mod:`slicewise.forecasting.calibration`) on the windows ending in
+    ``[train_end, eval_from)`` whose targets lie before ``eval_from`` — after its training data, before the
+    data it is scored on — write it into the model and return the (horizons, quantiles) log-factors."""
+    from slicewise.forecasting.calibration import fit_log_factors
+    from slicewise.forecasting.model import predict, set_calibration
+
+    shape = tuple(int(d) for d in model.output_shape[1:])
+    set_calibration(model, np.zeros(shape))
+    windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=max(0, train_end))
+    factors = (
+        fit_log_factors(predict(model, windows.inputs), windows.targets, spec.quantiles)
+        if len(windows.inputs)
+        else np.zeros(shape)
+    )
+    set_calibration(model, factors)
+    return factors
