@@ -27,13 +27,23 @@ def test_each_quantile_is_rescaled_to_cover_its_level_of_the_newest_windows() ->
 def test_too_few_windows_leave_a_quantile_alone_and_one_odd_hour_cannot_scale_it_without_bound() -> None:
     few = calibration.fit_log_factors(np.ones((49, 1, 1)), np.full((49, 1), 0.2), (0.9,))
     assert few.tolist() == [[0.0]]
-    # Realised loads ten times the forecast: clipped at e^1.
+    # Realised loads ten times the forecast: one hour's fit is clipped at e^2.
     burst = calibration.fit_log_factors(np.full((100, 1, 1), 0.1), np.ones((100, 1)), (0.9,))
-    assert burst.tolist() == [[calibration.LIMIT]]
+    assert burst.tolist() == [[calibration.FIT_LIMIT]]
     # A zero forecast says nothing about the scale: left out of the fit.
     mixed = np.concatenate([np.zeros((60, 1, 1)), np.ones((60, 1, 1))])
     realised = np.concatenate([np.full((60, 1), 5.0), np.full((60, 1), 0.5)])
     assert np.exp(calibration.fit_log_factors(mixed, realised, (0.9,)))[0, 0] == pytest.approx(0.5)
+
+
+def test_each_update_moves_halfway_to_the_newest_fit_within_the_limit() -> None:
+    previous = np.array([[0.2, -0.1, 0.3]])
+    fitted = np.array([[0.4, 2.0, 0.0]])  # the last cell had too few windows to fit
+    moved = calibration.update(previous, fitted, 0.5)
+    # 0.2 -> 0.3 (halfway to 0.4); -0.1 -> 0.95, clipped at 0.5; no fit keeps 0.3.
+    assert moved[0].tolist() == pytest.approx([0.3, calibration.LIMIT, 0.3])
+    # Gain 0 (the shipped spec): the calibration never moves.
+    assert calibration.update(previous, fitted, 0.0).tolist() == previous.tolist()
 
 
 def test_calibrated_quantiles_never_cross() -> None:
@@ -89,14 +99,17 @@ def test_a_rolling_origin_backtest_updates_and_recalibrates_before_each_fold(tmp
     csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
     panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
     spec_path = tiny_spec_file(tmp_path / "spec.yaml")
-    spec = parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path))
+    spec = parse_spec({**yaml.safe_load(spec_path.read_text()), "calibration_gain": 0.5}, str(spec_path))
     result = run_backtest(panel, spec, 0.5, 15, folds=3)
     folds = result["folds"]
     assert [f["cut"] for f in folds] == fold_cuts(panel.load.shape[1], result["split_step"], 3)[:-1]
     assert all(f["test_windows"] > 0 and f["epochs"] >= 1 for f in folds)
-    # Each fold has its own calibration, fitted on the hour before its cut, and it moved something.
-    assert all(set(f["calibration"]) == {"p50", "p90"} for f in folds)
-    assert any(value != 0 for f in folds for value in f["calibration"].values())
+    # Each fold has its own calibration, fitted on the hour before its cut: half way from the last fold's.
+    assert all(set(f["calibration"]) == set(f["calibration_fit"]) == {"p50", "p90"} for f in folds)
+    first_fit = folds[0]["calibration_fit"]["p90"]
+    assert first_fit != 0 and folds[0]["calibration"]["p90"] == pytest.approx(
+        max(-calibration.LIMIT, min(calibration.LIMIT, first_fit / 2)), abs=1e-4
+    )
     # The top-level metrics are each metric's median over the folds.
     p90 = sorted(f["models"]["lstm"]["pinball_p90"] for f in folds)
     assert result["models"]["lstm"]["pinball_p90"] == pytest.approx(p90[1])

@@ -234,9 +234,10 @@ def _fold(
     """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
     it on the hour after, score it on the windows ending in ``[cut, end)``."""
     from slicewise.forecasting.evaluation import evaluate
-    from slicewise.forecasting.model import predict, set_calibration
+    from slicewise.forecasting.model import calibration_of, predict, set_calibration
     from slicewise.forecasting.training import calibrate, train
 
+    previous = calibration_of(model)  # the last fold's, as production carries the champion's
     stride = spec.training.window_stride
     if trained_to == 0:
         new, replay = _new_and_replay(make_windows(panel.head(train_end), spec, stride=stride), spec)
@@ -244,7 +245,7 @@ def _fold(
         new = make_windows(panel.head(train_end), spec, stride=stride, first_step=trained_to)
         replay = make_windows(panel.head(trained_to), spec, stride=stride)
     report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
-    factors = calibrate(model, panel, spec, train_end, cut)
+    factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
     identity = np.zeros_like(factors)
 
     def with_factors(chosen: np.ndarray) -> Any:
@@ -268,14 +269,19 @@ def _fold(
         "cut": cut,
         "end": end,
         "models": {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()},
-        "calibration": {
-            f"p{round(q * 100)}": round(float(f), 4) for q, f in zip(spec.quantiles, factors[0], strict=True)
-        },
+        "calibration": _levels(spec, factors),
+        "calibration_fit": _levels(spec, fitted),
         "train_windows": len(new.inputs) + (len(replay.inputs) if replay is not None else 0),
         "test_windows": evaluation.windows,
         "train_seconds": round(report.seconds, 3),
         "fitted_windows": report.new_windows + report.replay_windows,
         "epochs": report.epochs,
+    }
+
+
+def _levels(spec: ForecasterSpec, log_factors: np.ndarray) -> dict[str, float]:
+    return {
+        f"p{round(q * 100)}": round(float(f), 4) for q, f in zip(spec.quantiles, log_factors[0], strict=True)
     }
 
 

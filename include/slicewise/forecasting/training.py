@@ -86,20 +86,31 @@ def calibration_start(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
     return eval_from - max(1, 3600 // step_s) - max(spec.horizon_steps())
 
 
-def calibrate(model: Any, panel: Panel, spec: ForecasterSpec, train_end: int, eval_from: int) -> np.ndarray:
+def calibrate(
+    model: Any,
+    panel: Panel,
+    spec: ForecasterSpec,
+    train_end: int,
+    eval_from: int,
+    previous: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Fit the model's calibration (:mod:`slicewise.forecasting.calibration`) on the windows ending in
     ``[train_end, eval_from)`` whose targets lie before ``eval_from`` — after its training data, before the
-    data it is scored on — write it into the model and return the (horizons, quantiles) log-factors."""
-    from slicewise.forecasting.calibration import fit_log_factors
+    data it is scored on —, move ``previous`` (the last update's log-factors; none: identity) towards it by
+    the spec's ``calibration_gain``, write the result into the model; returns (applied, fitted) log-factors,
+    each (horizons, quantiles)."""
+    from slicewise.forecasting.calibration import fit_log_factors, update
     from slicewise.forecasting.model import predict, set_calibration
 
     shape = tuple(int(d) for d in model.output_shape[1:])
+    previous = np.zeros(shape) if previous is None else np.asarray(previous, dtype=np.float64)
     set_calibration(model, np.zeros(shape))
     windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=max(0, train_end))
-    factors = (
+    fitted = (
         fit_log_factors(predict(model, windows.inputs), windows.targets, spec.quantiles)
         if len(windows.inputs)
         else np.zeros(shape)
     )
+    factors = update(previous, fitted, spec.calibration_gain)
     set_calibration(model, factors)
-    return factors
+    return factors, fitted

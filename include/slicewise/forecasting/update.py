@@ -156,7 +156,13 @@ def hourly_update(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Train, evaluate, register and gate one model; returns what the DAG reports and publishes."""
-    from slicewise.forecasting.model import build_model, predict, reads_current_features, with_calibration
+    from slicewise.forecasting.model import (
+        build_model,
+        calibration_of,
+        predict,
+        reads_current_features,
+        with_calibration,
+    )
     from slicewise.forecasting.training import calibrate, calibration_start
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
@@ -197,12 +203,25 @@ def hourly_update(
     )
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
-    factors = (
-        calibrate(model, subsample(panel, EVAL_SERIES, seed + 2), spec, train_end, eval_from)
+    identity = np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))
+    factors, fitted = (
+        calibrate(
+            model,
+            subsample(panel, EVAL_SERIES, seed + 2),
+            spec,
+            train_end,
+            eval_from,
+            calibration_of(champion.model) if champion is not None else None,
+        )
         if train_end < eval_from
-        else np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))
+        else (identity, identity)
     )
-    log.info("calibrated %s: log-factors per horizon x quantile %s", spec.name, np.round(factors, 3).tolist())
+    log.info(
+        "calibration of %s (log-factors per horizon x quantile): applied %s, the newest hour's fit %s",
+        spec.name,
+        np.round(factors, 3).tolist(),
+        np.round(fitted, 3).tolist(),
+    )
 
     predictors = {MODEL: lambda x: predict(model, x)}
     if champion is not None:
@@ -235,7 +254,8 @@ def hourly_update(
         },
         metrics={
             **evaluation.flat(),
-            **_calibration_metrics(spec, factors),
+            **_calibration_metrics(spec, factors, "calibration"),
+            **_calibration_metrics(spec, fitted, "calibration.fit"),
             "train.final_loss": report.final_loss,
             "train.seconds": report.seconds,
         },
@@ -273,10 +293,11 @@ def hourly_update(
     }
 
 
-def _calibration_metrics(spec: ForecasterSpec, log_factors: np.ndarray) -> dict[str, float]:
-    """``calibration.h{minutes}.p{level}``: the factor each quantile was scaled by (1 = as trained)."""
+def _calibration_metrics(spec: ForecasterSpec, log_factors: np.ndarray, prefix: str) -> dict[str, float]:
+    """``{prefix}.h{minutes}.p{level}``: the factor of each quantile (1 = as trained): ``calibration`` the
+    one applied, ``calibration.fit`` the newest hour's advice."""
     return {
-        f"calibration.h{minutes}.p{round(q * 100)}": float(np.exp(log_factors[h, j]))
+        f"{prefix}.h{minutes}.p{round(q * 100)}": float(np.exp(log_factors[h, j]))
         for h, minutes in enumerate(spec.horizons_minutes)
         for j, q in enumerate(spec.quantiles)
     }
