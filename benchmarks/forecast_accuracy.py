@@ -182,6 +182,9 @@ def main() -> None:
     )
     parser.add_argument("--epochs", type=int, default=8, help="most epochs per update (default 8)")
     parser.add_argument(
+        "--members", type=int, default=None, help="ensemble members (default: the shipped spec's)"
+    )
+    parser.add_argument(
         "--calibration-gain",
         type=float,
         default=None,
@@ -203,6 +206,10 @@ def main() -> None:
         shipped,
         training=dataclasses.replace(shipped.training, epochs_per_update=args.epochs),
         calibration_gain=shipped.calibration_gain if args.calibration_gain is None else args.calibration_gain,
+        architecture=dataclasses.replace(
+            shipped.architecture,
+            members=shipped.architecture.members if args.members is None else args.members,
+        ),
     )
     began = time.perf_counter()
     rows: list[dict[str, Any]] = []

@@ -23,6 +23,8 @@ class Architecture:
     lstm_units: int
     dense_units: int
     dropout: float
+    #: Networks in one registered model, each trained with its own seed, combined per quantile by the median.
+    members: int = 1
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("quantiles must lie in (0, 1) and include 0.5")
     if not 0 < spec.min_observed_steps <= spec.window_steps:
         problems.append("min_observed_steps must be in 1..window_steps")
+    if not 1 <= spec.architecture.members <= 9:
+        problems.append("architecture.members must be 1..9")
     if not 0.0 <= spec.calibration_gain <= 1.0:
         problems.append("calibration_gain must lie in [0, 1]")
     if spec.promotion.horizon_minutes not in spec.horizons_minutes:
