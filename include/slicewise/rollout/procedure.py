@@ -177,7 +177,11 @@ class Procedure:
         labelled = self._each(drained, self._label_desired, outcome)
         for name, error in self._wait_all(labelled, restore=False).items():
             if error is None:
-                self._uncordon(name, changed=True)
+                try:
+                    self._uncordon(name, changed=True)
+                except NodeFailed as why:  # the resources changed again between the check and the uncordon
+                    error = str(why)
+            if error is None:
                 self.ledger.update_node(
                     self.rollout_id,
                     name,
