@@ -216,9 +216,9 @@ class Procedure:
     def _snapshot_and_cordon(self, name: str) -> None:
         node = self.backend.get_node(name)
         record = self.ledger.node(self.rollout_id, name)
-        if reason := node.hands_off():  # a plan made before the node changed hands
-            raise NodeFailed(f"not Slicewise's to touch: {reason}")
         if record.snapshot is None:
+            if reason := node.hands_off():  # a plan made before the node changed hands; nothing done yet
+                raise NodeFailed(f"not Slicewise's to touch: {reason}")
             if node.mig_config_state in ("pending", "rebooting"):
                 raise NodeFailed(f"the MIG manager is busy (state {node.mig_config_state})")
             now = self.clock.now()
