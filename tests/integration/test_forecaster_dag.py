@@ -82,12 +82,22 @@ def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rul
     )
     before = champion(mlflow_server)
 
-    publish_hour(root, fleet, FIRST + timedelta(hours=4))
+    # Four hours leave none to calibrate on after training: the quantiles stay as trained.
+    assert run.data.metrics["calibration.h60.p90"] == 1.0
+
+    for hour in (4, 5, 6):
+        publish_hour(root, fleet, FIRST + timedelta(hours=hour))
     states, _ = run_dag(retries=0)
     assert states["__run__"] == "success", states
     second = registry(mlflow_server).get_model_version(MODEL, "2")
     second_run = registry(mlflow_server).get_run(second.run_id)
-    assert second_run.data.tags["newest_hour_end"] == (FIRST + timedelta(hours=5)).isoformat()
+    assert second_run.data.tags["newest_hour_end"] == (FIRST + timedelta(hours=7)).isoformat()
+    # Seven hours do: each quantile's factor is fitted on the hour after the training data and logged with
+    # the version; the shipped spec's calibration_gain of 0 keeps the applied one at 1.
+    fits = {k: v for k, v in second_run.data.metrics.items() if k.startswith("calibration.fit.")}
+    assert len(fits) == 2 * 2 and all(0.13 <= v <= 7.4 for v in fits.values())
+    assert any(v != 1.0 for v in fits.values())
+    assert second_run.data.metrics["calibration.h60.p90"] == 1.0
     assert second_run.data.params["started_from"] == (before or "scratch")
     expected = "2" if second.tags["gate"] == "promoted" else before
     assert champion(mlflow_server) == expected

@@ -194,7 +194,7 @@ def test_json_backtest_on_a_synthetic_trace_scores_the_model_and_every_baseline(
     result = json.loads(out)
     assert result["horizon_minutes"] == 15
     assert result["train_windows"] > 0 and result["test_windows"] > 0 and result["train_seconds"] >= 0
-    assert set(result["models"]) == {"lstm", *BASELINES}
+    assert set(result["models"]) == {"lstm", "lstm_uncalibrated", *BASELINES}
     for name, scores in result["models"].items():
         assert set(METRICS) <= set(scores), name
         assert scores["n"] > 0, name
@@ -218,7 +218,7 @@ def test_backtest_on_the_alibaba_genai_trace_is_sane(capsys: pytest.CaptureFixtu
     out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out)
-    assert set(result["models"]) == {"lstm", *BASELINES}
+    assert set(result["models"]) == {"lstm", "lstm_uncalibrated", *BASELINES}
     assert result["train_windows"] > 0 and result["test_windows"] > 0
     lstm = result["models"]["lstm"]
     assert lstm["n"] > 0 and all(lstm[m] is not None and math.isfinite(lstm[m]) for m in METRICS)

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 #: spread across weeks would otherwise exhaust memory in ``make_windows`` rather than fail with a reason.
 MAX_PANEL_CELLS = 30_000_000
 
-#: The model's entry in the result, next to the baselines' names.
+#: The model's entries in the result, next to the baselines' names: calibrated, and as trained.
 LSTM = "lstm"
+LSTM_UNCALIBRATED = "lstm_uncalibrated"
 
 
 def panel_from_long(
@@ -116,6 +117,16 @@ def backtest_spec(spec: ForecasterSpec, horizon_minutes: int, step_s: int) -> Fo
     )
 
 
+def fold_cuts(n_steps: int, first: int, folds: int) -> list[int]:
+    """Cut points of a rolling-origin evaluation: ``first`` and ``folds - 1`` more, evenly spaced, then
+    ``n_steps``; fold i trains on the panel before ``cuts[i]`` and is scored on the windows ending in
+    ``[cuts[i], cuts[i + 1])``."""
+    if folds < 1:
+        raise ValueError(f"folds must be at least 1, got {folds}")
+    width = (n_steps - first) / folds
+    return [first + round(i * width) for i in range(folds)] + [n_steps]
+
+
 def run_backtest(
     panel: Panel,
     spec: ForecasterSpec,
@@ -124,23 +135,31 @@ def run_backtest(
     *,
     seed: int = 0,
     time_budget_s: float | None = None,
+    folds: int = 1,
 ) -> dict[str, Any]:
-    """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest.
+    """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest —
+    or, with ``folds`` > 1, roll the origin forward: the rest is cut into ``folds`` equal spans, and before
+    each span the model is updated incrementally on the data since the previous cut, as production does
+    hourly (expanding window).
 
-    The split is one step in global time, ``int(n_steps * train_fraction)``: training windows (every
-    ``spec.training.window_stride`` steps) come from the panel truncated there, so no training target reaches
-    past it; held-out windows end at or after it (stride 1). The model is ``build_model`` of ``spec`` narrowed
-    to ``horizon_minutes`` and the panel's step, trained with :func:`~slicewise.forecasting.training.train`
-    (the newest windows plus a replay of older ones, within ``time_budget_s``, default the spec's).
+    Each cut is one step in global time. Training windows (every ``spec.training.window_stride`` steps) come
+    from the panel before the cut less the calibration hour and the horizon; the calibration
+    (:func:`~slicewise.forecasting.training.calibrate`) is fitted on the windows of that hour; held-out windows
+    end at or after the cut (stride 1). The model is ``build_model`` of ``spec`` narrowed to
+    ``horizon_minutes`` and the panel's step, trained with :func:`~slicewise.forecasting.training.train` (the
+    newest windows plus a replay of older ones, within ``time_budget_s``, default the spec's).
 
-    Returns a JSON-safe dict: ``horizon_minutes``; ``models``, mapping ``"lstm"`` and every baseline to its
-    metrics (``mae, smape, mase, pinball_p50, pinball_p90, under_provision_rate_p90`` for the shipped spec,
-    NaN as ``None``) and ``n`` (windows scored, an int); ``train_windows``, ``test_windows``,
-    ``train_seconds``; and, for the record, ``fitted_windows``, ``epochs``, ``series``, ``steps``, ``step_s``
-    and ``split_step``.
+    Returns a JSON-safe dict: ``horizon_minutes``; ``folds``, one entry per span with its ``models`` (``"lstm"``
+    — calibrated —, ``"lstm_uncalibrated"`` and every baseline, each to its metrics ``mae, smape, mase,
+    pinball_p50, pinball_p90, under_provision_rate_p90`` for the shipped spec, NaN as ``None``, and ``n``),
+    ``cut``, ``end``, ``train_windows``, ``test_windows``, ``train_seconds``, ``epochs`` and ``calibration``
+    (the log-factors per quantile); ``models``: the single fold's, or with several folds each metric's
+    median over them; and for the record ``series``, ``steps``, ``step_s``, ``split_step`` (the first cut),
+    ``train_windows``, ``test_windows``, ``train_seconds``, ``fitted_windows`` and ``epochs`` summed.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
-    use (one that does not divide an hour), or a panel too short to give both training and held-out windows.
+    use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
+    and held-out windows.
     """
     if not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must lie strictly between 0 and 1, got {train_fraction!r}")
@@ -153,7 +172,12 @@ def run_backtest(
     split = int(n_steps * train_fraction)
     if split < 1 or split >= n_steps:
         raise ValueError(f"{n_steps} steps are too few to split at {train_fraction}")
-    train_windows = make_windows(panel.head(split), spec, stride=spec.training.window_stride)
+    cuts = fold_cuts(n_steps, split, folds)
+
+    from slicewise.forecasting.training import calibration_start
+
+    first_end = max(1, calibration_start(spec, split, panel.step_s))
+    train_windows = make_windows(panel.head(first_end), spec, stride=spec.training.window_stride)
     test_windows = held_out_windows(panel, spec, split)
     if not len(train_windows.inputs) or not len(test_windows.inputs):
         raise ValueError(
@@ -164,33 +188,116 @@ def run_backtest(
 
     import keras
 
-    from slicewise.forecasting.evaluation import evaluate
-    from slicewise.forecasting.model import build_model, predict
-    from slicewise.forecasting.training import train
+    from slicewise.forecasting.model import build_model
 
     keras.utils.set_random_seed(
         seed
     )  # train() seeds too, but only after build_model drew the initial weights
     model = build_model(spec)
-    new, replay = _new_and_replay(train_windows, spec)
-    report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
-    evaluation = evaluate(
-        panel, spec, {LSTM: lambda inputs: predict(model, inputs)}, eval_from_step=split, windows=test_windows
-    )
-    models = {name: _json_metrics(by_h[int(horizon_minutes)]) for name, by_h in evaluation.scores.items()}
+    results = []
+    trained_to = 0
+    for index in range(folds):
+        cut, end = cuts[index], cuts[index + 1]
+        train_end = max(1, calibration_start(spec, cut, panel.step_s))
+        results.append(
+            _fold(panel, spec, model, trained_to, train_end, cut, end, seed + index, time_budget_s)
+        )
+        trained_to = max(trained_to, train_end)
+    models = results[0]["models"] if folds == 1 else _median_models([r["models"] for r in results])
     return {
         "horizon_minutes": int(horizon_minutes),
         "models": models,
-        "train_windows": len(train_windows.inputs),
-        "test_windows": evaluation.windows,
-        "train_seconds": round(report.seconds, 3),
-        "fitted_windows": report.new_windows + report.replay_windows,
-        "epochs": report.epochs,
+        "folds": results,
+        "train_windows": sum(r["train_windows"] for r in results),
+        "test_windows": sum(r["test_windows"] for r in results),
+        "train_seconds": round(sum(r["train_seconds"] for r in results), 3),
+        "fitted_windows": sum(r["fitted_windows"] for r in results),
+        "epochs": sum(r["epochs"] for r in results),
         "series": n_series,
         "steps": n_steps,
         "step_s": panel.step_s,
         "split_step": split,
     }
+
+
+def _fold(
+    panel: Panel,
+    spec: ForecasterSpec,
+    model: Any,
+    trained_to: int,
+    train_end: int,
+    cut: int,
+    end: int,
+    seed: int,
+    time_budget_s: float | None,
+) -> dict[str, Any]:
+    """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
+    it on the hour after, score it on the windows ending in ``[cut, end)``."""
+    from slicewise.forecasting.evaluation import evaluate
+    from slicewise.forecasting.model import calibration_of, predict, set_calibration
+    from slicewise.forecasting.training import calibrate, train
+
+    previous = calibration_of(model)  # the last fold's, as production carries the champion's
+    stride = spec.training.window_stride
+    if trained_to == 0:
+        new, replay = _new_and_replay(make_windows(panel.head(train_end), spec, stride=stride), spec)
+    else:
+        new = make_windows(panel.head(train_end), spec, stride=stride, first_step=trained_to)
+        replay = make_windows(panel.head(trained_to), spec, stride=stride)
+    report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
+    factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
+    identity = np.zeros_like(factors)
+
+    def with_factors(chosen: np.ndarray) -> Any:
+        def predictor(inputs: np.ndarray) -> np.ndarray:
+            set_calibration(model, chosen)
+            return predict(model, inputs)
+
+        return predictor
+
+    windows = held_out_windows(panel, spec, cut)
+    windows = _subset(windows, np.flatnonzero(windows.step < end))
+    evaluation = evaluate(
+        panel,
+        spec,
+        {LSTM_UNCALIBRATED: with_factors(identity), LSTM: with_factors(factors)},
+        eval_from_step=cut,
+        windows=windows,
+    )
+    horizon = spec.horizons_minutes[0]
+    return {
+        "cut": cut,
+        "end": end,
+        "models": {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()},
+        "calibration": _levels(spec, factors),
+        "calibration_fit": _levels(spec, fitted),
+        "train_windows": len(new.inputs) + (len(replay.inputs) if replay is not None else 0),
+        "test_windows": evaluation.windows,
+        "train_seconds": round(report.seconds, 3),
+        "fitted_windows": report.new_windows + report.replay_windows,
+        "epochs": report.epochs,
+    }
+
+
+def _levels(spec: ForecasterSpec, log_factors: np.ndarray) -> dict[str, float]:
+    return {
+        f"p{round(q * 100)}": round(float(f), 4) for q, f in zip(spec.quantiles, log_factors[0], strict=True)
+    }
+
+
+def _median_models(per_fold: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float | int | None]]:
+    """Each model's metrics as the median over the folds (``n`` summed); a metric no fold has stays None."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for name in per_fold[0]:
+        metrics_here: dict[str, float | int | None] = {}
+        for metric in per_fold[0][name]:
+            values = [f[name][metric] for f in per_fold if f.get(name, {}).get(metric) is not None]
+            if metric == "n":
+                metrics_here[metric] = int(sum(values))
+            else:
+                metrics_here[metric] = float(np.median(values)) if values else None
+        out[name] = metrics_here
+    return out
 
 
 def _new_and_replay(windows: Windows, spec: ForecasterSpec) -> tuple[Windows, Windows | None]:

@@ -65,6 +65,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="training time budget in seconds (default: the spec's training.time_budget_s)",
     )
+    parser.add_argument(
+        "--folds",
+        type=int,
+        default=1,
+        help="rolling origin: cut the held-out span into this many folds, updating the model incrementally "
+        "before each (expanding window); the table shows each metric's median over the folds (default 1)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(func=run)
@@ -83,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--train-fraction must lie strictly between 0 and 1, got {args.train_fraction}")
     if args.horizon_minutes < 1:
         return _error(f"--horizon-minutes must be positive, got {args.horizon_minutes}")
+    if args.folds < 1:
+        return _error(f"--folds must be at least 1, got {args.folds}")
     if args.time_budget_s is not None and not args.time_budget_s > 0:
         return _error(f"--time-budget-s must be positive, got {args.time_budget_s}")
     spec_path = args.spec or default_spec_path()
@@ -108,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             args.horizon_minutes,
             seed=args.seed,
             time_budget_s=args.time_budget_s,
+            folds=args.folds,
         )
     except (OSError, ValueError, yaml.YAMLError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         # ValueError covers SpecError, a CSV that is not UTF-8, and every check of the backtest itself.
@@ -142,7 +152,13 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"horizon {result['horizon_minutes']} min: trained on {result['train_windows']:,} windows "
         f"({result.get('epochs', '?')} epochs, {result['train_seconds']:.1f} s), "
-        f"scored on {result['test_windows']:,} held-out windows",
+        f"scored on {result['test_windows']:,} held-out windows"
+        + (
+            f" in {len(result['folds'])} rolling-origin folds (median per metric)"
+            if len(result.get("folds", ())) > 1
+            else ""
+        )
+        + _calibration_note(result),
         "  ".join(
             h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))
         ),
@@ -157,6 +173,15 @@ def format_table(result: dict[str, Any]) -> str:
         "* best per column (under_prov: closest to 0.10); '-' = no basis (e.g. under a day of history)"
     )
     return "\n".join(lines)
+
+
+def _calibration_note(result: dict[str, Any]) -> str:
+    """The calibration factors the (last) fold applied to the LSTM's quantiles."""
+    folds = result.get("folds") or []
+    if not folds or not folds[-1].get("calibration"):
+        return ""
+    factors = ", ".join(f"{q} x{math.exp(f):.2f}" for q, f in folds[-1]["calibration"].items())
+    return f"; calibration {factors}"
 
 
 def _winner(models: dict[str, dict[str, Any]], metric: str) -> set[str]:

@@ -219,10 +219,119 @@ class AnchoredQuantiles(layers.Layer):
         return {**super().get_config(), "horizons": self.horizons, "levels": list(self.levels)}
 
 
+@keras.saving.register_keras_serializable(package="slicewise")
+class Calibration(layers.Layer):
+    """(batch, horizons, quantiles) -> the same, each (horizon, quantile) times ``exp(log_factor)``, quantiles
+    kept from crossing. The factors are not trained: :func:`set_calibration` writes the ones
+    :mod:`slicewise.forecasting.calibration` fitted, so they are saved and loaded with the model version."""
+
+    def __init__(self, horizons: int, quantiles: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.horizons, self.quantiles = int(horizons), int(quantiles)
+
+    def build(self, input_shape: Any) -> None:
+        self.log_factors = self.add_weight(
+            shape=(self.horizons, self.quantiles), initializer="zeros", trainable=False, name="log_factors"
+        )
+
+    def call(self, quantiles: Any) -> Any:
+        scaled = quantiles * ops.exp(ops.expand_dims(self.log_factors, 0))
+        out = [scaled[..., 0]]
+        for j in range(1, self.quantiles):
+            out.append(ops.maximum(out[-1], scaled[..., j]))
+        return ops.stack(out, axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "horizons": self.horizons, "quantiles": self.quantiles}
+
+
+CALIBRATION = "calibration"
+
+
+def with_calibration(model: keras.Model) -> keras.Model:
+    """``model`` ending in a :class:`Calibration` layer (added at identity to a version registered without
+    one), compiled as built models are."""
+    if has_calibration(model):
+        return model
+    horizons, quantiles = (int(d) for d in model.output_shape[1:])
+    outputs = Calibration(horizons, quantiles, name=CALIBRATION)(model.output)
+    calibrated = keras.Model(model.inputs, outputs, name=model.name)
+    optimizer = getattr(model, "optimizer", None) or "adam"
+    loss = getattr(model, "loss", None)
+    if loss is not None:  # a compiled model stays trainable as it was
+        calibrated.compile(optimizer=optimizer, loss=loss)
+    return calibrated
+
+
+def has_calibration(model: keras.Model) -> bool:
+    return any(isinstance(layer, Calibration) for layer in model.layers)
+
+
+def set_calibration(model: keras.Model, log_factors: np.ndarray) -> None:
+    """Write (horizons, quantiles) log-factors into the model's :class:`Calibration` layer (0 = identity)."""
+    layer = next(layer for layer in model.layers if isinstance(layer, Calibration))
+    layer.log_factors.assign(np.asarray(log_factors, dtype="float32"))
+
+
+def calibration_of(model: keras.Model) -> np.ndarray:
+    """The model's (horizons, quantiles) log-factors (zeros when it has no calibration layer)."""
+    for layer in model.layers:
+        if isinstance(layer, Calibration):
+            return np.asarray(layer.log_factors.numpy(), dtype=np.float64)
+    return np.zeros(tuple(int(d) for d in model.output_shape[1:]))
+
+
+def identity_calibration(model: keras.Model) -> np.ndarray:
+    """Zero log-factors of the shape of the model's calibration (horizons, quantiles)."""
+    return np.zeros_like(calibration_of(model))
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class MemberMedian(layers.Layer):
+    """[(batch, horizons, quantiles)] x members -> their median per horizon and quantile. The median of
+    non-crossing members does not cross: it is monotone in each member."""
+
+    def call(self, members: Any) -> Any:
+        return ops.median(ops.stack(members, axis=1), axis=1)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return tuple(input_shape[0])
+
+
+MEMBER = "member_{}"
+
+
 def build_model(spec: ForecasterSpec) -> keras.Model:
-    """A compiled model for ``spec``: input (window_steps, len(FEATURES)), output (horizons, quantiles)."""
-    arch = spec.architecture
+    """A compiled model for ``spec``: input (window_steps, len(FEATURES)), output (horizons, quantiles), ending
+    in the calibration. With ``architecture.members`` > 1, that many networks (nested models ``member_i``, each
+    with its own initial weights) combined per quantile by the median: one registered model, one signature."""
     inputs = keras.Input(shape=(spec.window_steps, len(FEATURES)), name="window")
+    if spec.architecture.members == 1:
+        raw = _network(spec, inputs)
+    else:
+        members = []
+        for index in range(spec.architecture.members):
+            member_input = keras.Input(shape=(spec.window_steps, len(FEATURES)), name=f"window_{index}")
+            member = keras.Model(member_input, _network(spec, member_input), name=MEMBER.format(index))
+            members.append(member(inputs))
+        raw = MemberMedian(name="median")(members)
+    # Identity until an update calibrates it on its newest windows (slicewise.forecasting.calibration).
+    outputs = Calibration(len(spec.horizons_minutes), len(spec.quantiles), name=CALIBRATION)(raw)
+    model = keras.Model(inputs, outputs, name=spec.name)
+    model.compile(
+        optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
+    )
+    return model
+
+
+def ensemble_members(model: keras.Model) -> list[keras.Model]:
+    """The member networks of an ensemble (each trains on its own), or [] for a single network."""
+    return [layer for layer in model.layers if isinstance(layer, keras.Model)]
+
+
+def _network(spec: ForecasterSpec, inputs: Any) -> Any:
+    """One network from the window to uncalibrated quantiles (batch, horizons, quantiles)."""
+    arch = spec.architecture
     scaled = ScaleFree(name="scale_free")(inputs)
     if arch.kind == "lstm_attention":
         sequence = layers.LSTM(arch.lstm_units, return_sequences=True, name="lstm")(scaled)
@@ -236,12 +345,7 @@ def build_model(spec: ForecasterSpec) -> keras.Model:
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
     anchors = WindowAnchors(min(spec.window_steps, max(1, 3600 // spec.step_s)), name="anchors")(inputs)
-    outputs = AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
-    model = keras.Model(inputs, outputs, name=spec.name)
-    model.compile(
-        optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
-    )
-    return model
+    return AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
 
 
 def reads_current_features(model: keras.Model) -> bool:

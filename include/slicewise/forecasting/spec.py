@@ -23,6 +23,8 @@ class Architecture:
     lstm_units: int
     dense_units: int
     dropout: float
+    #: Networks in one registered model, each trained with its own seed, combined per quantile by the median.
+    members: int = 1
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class ForecasterSpec:
     architecture: Architecture
     training: Training
     promotion: Promotion
+    #: How far each update moves the quantile calibration towards the newest hour's fit (0 = never calibrate;
+    #: slicewise.forecasting.calibration). Optional in the YAML (key ``calibration_gain``), default 0.
+    calibration_gain: float = 0.0
 
     def horizon_steps(self) -> tuple[int, ...]:
         return tuple(max(1, round(minutes * 60 / self.step_s)) for minutes in self.horizons_minutes)
@@ -80,6 +85,7 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
             architecture=Architecture(**raw["architecture"]),
             training=Training(**raw["training"]),
             promotion=Promotion(**raw["promotion"]),
+            calibration_gain=float(raw.get("calibration_gain", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{source}: invalid or missing key: {exc}") from exc
@@ -90,6 +96,10 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("quantiles must lie in (0, 1) and include 0.5")
     if not 0 < spec.min_observed_steps <= spec.window_steps:
         problems.append("min_observed_steps must be in 1..window_steps")
+    if not 1 <= spec.architecture.members <= 9:
+        problems.append("architecture.members must be 1..9")
+    if not 0.0 <= spec.calibration_gain <= 1.0:
+        problems.append("calibration_gain must lie in [0, 1]")
     if spec.promotion.horizon_minutes not in spec.horizons_minutes:
         problems.append("promotion.horizon_minutes must be one of horizons_minutes")
     if problems:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from slicewise.forecasting.spec import ForecasterSpec
-from slicewise.forecasting.windows import Windows
+from slicewise.forecasting.windows import Panel, Windows, make_windows
 
 
 @dataclass(frozen=True)
@@ -55,22 +55,85 @@ def train(
     seed: int = 0,
     time_budget_s: float | None = None,
 ) -> TrainReport:
-    """Fit ``model`` in place for up to ``epochs_per_update`` epochs within the time budget."""
+    """Fit ``model`` in place for up to ``epochs_per_update`` epochs within the time budget; an ensemble's
+    members one after the other, each on its own seed's sample and shuffle with an equal share of the budget
+    (``epochs`` and ``final_loss`` are then the members' sum and mean)."""
     import keras
 
-    keras.utils.set_random_seed(seed)
+    from slicewise.forecasting.model import (
+        PinballLoss,
+        ensemble_members,
+        has_calibration,
+        identity_calibration,
+        set_calibration,
+    )
+
+    if has_calibration(model):  # the core learns raw quantiles; calibrate() rescales them afterwards
+        set_calibration(model, identity_calibration(model))
     budget = spec.training.time_budget_s if time_budget_s is None else time_budget_s
-    x, y, n_replay = training_set(new, replay, spec, seed)
+    members = ensemble_members(model)
+    networks = members or [model]
     began = time.monotonic()
-    epochs, loss, stopped = 0, float("nan"), False
-    if len(x):
-        for _ in range(spec.training.epochs_per_update):
+    epochs, losses, stopped, n_new, n_replay = 0, [], False, 0, 0
+    for index, network in enumerate(networks):
+        keras.utils.set_random_seed(seed + index)
+        if members:  # a member of a loaded or cloned ensemble is not compiled on its own
+            network.compile(
+                optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
+            )
+        x, y, n_replay = training_set(new, replay, spec, seed + index)
+        n_new = len(x) - n_replay
+        share = budget / len(networks)
+        member_began = time.monotonic()
+        for _ in range(spec.training.epochs_per_update if len(x) else 0):
             epoch_began = time.monotonic()
-            history = model.fit(x, y, batch_size=spec.training.batch_size, epochs=1, verbose=0, shuffle=True)
+            history = network.fit(
+                x, y, batch_size=spec.training.batch_size, epochs=1, verbose=0, shuffle=True
+            )
             epochs += 1
             loss = float(history.history["loss"][-1])
-            spent, last = time.monotonic() - began, time.monotonic() - epoch_began
-            if spent + last > budget:
-                stopped = epochs < spec.training.epochs_per_update
+            spent, last = time.monotonic() - member_began, time.monotonic() - epoch_began
+            if spent + last > share:
+                stopped = True
                 break
-    return TrainReport(len(x) - n_replay, n_replay, epochs, time.monotonic() - began, loss, stopped)
+        if len(x):
+            losses.append(loss)
+    final = float(np.mean(losses)) if losses else float("nan")
+    stopped = stopped and epochs < spec.training.epochs_per_update * len(networks)
+    return TrainReport(n_new, n_replay, epochs, time.monotonic() - began, final, stopped)
+
+
+def calibration_start(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
+    """Where training ends so that an hour of calibration windows, their targets known, fits before
+    ``eval_from``: ``eval_from`` less an hour less the longest horizon."""
+    return eval_from - max(1, 3600 // step_s) - max(spec.horizon_steps())
+
+
+def calibrate(
+    model: Any,
+    panel: Panel,
+    spec: ForecasterSpec,
+    train_end: int,
+    eval_from: int,
+    previous: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fit the model's calibration (:mod:`slicewise.forecasting.calibration`) on the windows ending in
+    ``[train_end, eval_from)`` whose targets lie before ``eval_from`` — after its training data, before the
+    data it is scored on —, move ``previous`` (the last update's log-factors; none: identity) towards it by
+    the spec's ``calibration_gain``, write the result into the model; returns (applied, fitted) log-factors,
+    each (horizons, quantiles)."""
+    from slicewise.forecasting.calibration import fit_log_factors, update
+    from slicewise.forecasting.model import identity_calibration, predict, set_calibration
+
+    identity = identity_calibration(model)
+    previous = identity if previous is None else np.asarray(previous, dtype=np.float64)
+    set_calibration(model, identity)
+    windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=max(0, train_end))
+    fitted = (
+        fit_log_factors(predict(model, windows.inputs), windows.targets, spec.quantiles)
+        if len(windows.inputs)
+        else identity
+    )
+    factors = update(previous, fitted, spec.calibration_gain)
+    set_calibration(model, factors)
+    return factors, fitted

@@ -1,5 +1,6 @@
-"""One hourly forecaster update, end to end: history → train from the champion → evaluate on fresh data against
-the champion and the baselines → log and register in MLflow → move ``champion`` only if the gate says so.
+"""One hourly forecaster update, end to end: history → train from the champion → calibrate the quantiles on the
+hour after its training data → evaluate on fresh data against the champion and the baselines → log and register
+in MLflow (calibration included) → move ``champion`` only if the gate says so.
 
 Fresh data: the windows of the newest ``EVAL_HOURS`` (that have a full future for the longest horizon) are held
 out; training only sees the panel before them, so no evaluated target was ever trained on.
@@ -155,7 +156,14 @@ def hourly_update(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Train, evaluate, register and gate one model; returns what the DAG reports and publishes."""
-    from slicewise.forecasting.model import build_model, predict, reads_current_features
+    from slicewise.forecasting.model import (
+        build_model,
+        calibration_of,
+        predict,
+        reads_current_features,
+        with_calibration,
+    )
+    from slicewise.forecasting.training import calibrate, calibration_start
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
     eval_from = split_steps(panel, spec)
@@ -172,14 +180,19 @@ def hourly_update(
             len(FEATURES),
         )
         champion = None
-    model = _copy(champion.model, spec) if champion is not None else build_model(spec)
+    model = with_calibration(_copy(champion.model, spec)) if champion is not None else build_model(spec)
 
     hour = 3600 // panel.step_s
+    # Training stops an hour and a horizon before the held-out hour: that hour calibrates the quantiles on
+    # windows the model never trained on. With too little history for both, the model stays uncalibrated.
+    train_end = calibration_start(spec, eval_from, panel.step_s)
+    if train_end < spec.min_observed_steps + max(spec.horizon_steps()) + 1:
+        train_end = eval_from
     # Enough series that the newest hour alone fills the training budget; replay draws from the same ones.
     per_series = max(1, hour // spec.training.window_stride)
     train_series = max(1, int(spec.training.max_windows / (1 + spec.training.replay_ratio) / per_series))
-    history = subsample(panel, train_series, seed).head(eval_from)
-    newest_first = max(0, eval_from - hour)
+    history = subsample(panel, train_series, seed).head(train_end)
+    newest_first = max(0, train_end - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
     # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
     replay_stride = max(
@@ -190,6 +203,25 @@ def hourly_update(
     )
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
+    identity = np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))
+    factors, fitted = (
+        calibrate(
+            model,
+            subsample(panel, EVAL_SERIES, seed + 2),
+            spec,
+            train_end,
+            eval_from,
+            calibration_of(champion.model) if champion is not None else None,
+        )
+        if train_end < eval_from
+        else (identity, identity)
+    )
+    log.info(
+        "calibration of %s (log-factors per horizon x quantile): applied %s, the newest hour's fit %s",
+        spec.name,
+        np.round(factors, 3).tolist(),
+        np.round(fitted, 3).tolist(),
+    )
 
     predictors = {MODEL: lambda x: predict(model, x)}
     if champion is not None:
@@ -220,7 +252,13 @@ def hourly_update(
             "series": len(panel.keys),
             "eval_windows": evaluation.windows,
         },
-        metrics={**evaluation.flat(), "train.final_loss": report.final_loss, "train.seconds": report.seconds},
+        metrics={
+            **evaluation.flat(),
+            **_calibration_metrics(spec, factors, "calibration"),
+            **_calibration_metrics(spec, fitted, "calibration.fit"),
+            "train.final_loss": report.final_loss,
+            "train.seconds": report.seconds,
+        },
         tags={**tags, "gate": "promote" if decision.promote else "keep", "gate_reason": decision.reason},
         spec_text=spec_yaml(spec),
         plot=_plot(panel, spec, model, eval_from),
@@ -252,6 +290,16 @@ def hourly_update(
         "champion_score": _finite(decision.champion_score),
         "baseline": decision.baseline,
         "baseline_score": _finite(decision.baseline_score),
+    }
+
+
+def _calibration_metrics(spec: ForecasterSpec, log_factors: np.ndarray, prefix: str) -> dict[str, float]:
+    """``{prefix}.h{minutes}.p{level}``: the factor of each quantile (1 = as trained): ``calibration`` the
+    one applied, ``calibration.fit`` the newest hour's advice."""
+    return {
+        f"{prefix}.h{minutes}.p{round(q * 100)}": float(np.exp(log_factors[h, j]))
+        for h, minutes in enumerate(spec.horizons_minutes)
+        for j, q in enumerate(spec.quantiles)
     }
 
 

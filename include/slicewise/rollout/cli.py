@@ -84,9 +84,8 @@ def _apply(settings: Any, plan_url: str, run_id: str | None) -> int:
     print(f"{started['action']}: rollout {started['rollout_id']}, waves {started['waves']}")
     if started["rollout_id"] is None:
         return EXIT_DONE
-    if (
-        started["action"] == "recovering"
-    ):  # another run's rollout left unfinished: put it back, change nothing
+    if started["action"] == "recovering":
+        # Another run's rollout left unfinished: it is put back, and this plan changes nothing.
         return _settle(ctx, settings, started["rollout_id"])
     return _drive(ctx, settings, started["rollout_id"])
 

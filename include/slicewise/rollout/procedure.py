@@ -177,7 +177,11 @@ class Procedure:
         labelled = self._each(drained, self._label_desired, outcome)
         for name, error in self._wait_all(labelled, restore=False).items():
             if error is None:
-                self._uncordon(name, changed=True)
+                try:
+                    self._uncordon(name, changed=True)
+                except NodeFailed as why:  # the resources changed again between the check and the uncordon
+                    error = str(why)
+            if error is None:
                 self.ledger.update_node(
                     self.rollout_id,
                     name,
@@ -212,9 +216,9 @@ class Procedure:
     def _snapshot_and_cordon(self, name: str) -> None:
         node = self.backend.get_node(name)
         record = self.ledger.node(self.rollout_id, name)
-        if reason := node.hands_off():  # a plan made before the node changed hands
-            raise NodeFailed(f"not Slicewise's to touch: {reason}")
         if record.snapshot is None:
+            if reason := node.hands_off():  # a plan made before the node changed hands; nothing done yet
+                raise NodeFailed(f"not Slicewise's to touch: {reason}")
             if node.mig_config_state in ("pending", "rebooting"):
                 raise NodeFailed(f"the MIG manager is busy (state {node.mig_config_state})")
             now = self.clock.now()
