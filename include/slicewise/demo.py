@@ -157,39 +157,51 @@ def wait_for_new_run(api: AirflowApi, dag_id: str, after: str, timeout_s: float)
 
 
 def ingest_hours(api: AirflowApi, hour_end: datetime, hours: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Run ``gpu_metrics_ingest`` for the newest ``hours`` complete hours through an Airflow backfill (the
-    scheduler may already run the newest one; a backfill leaves existing runs alone), and follow each."""
+    """Run ``gpu_metrics_ingest`` for the newest ``hours`` complete hours, one run per hour, and follow each.
+
+    One run per request rather than one backfill: on the SQLite metadata DB the scheduler and the DAG processor
+    hold the write lock often, and a backfill request answered 503 after creating some of its runs left a run the
+    scheduler could not create task instances for (seen in CI: queued for ten minutes). A single run with a fixed
+    id is one insert, so retrying it is safe; 409 means it exists (an earlier answer was lost, or the scheduler
+    made the newest hour's own run)."""
     deadline = time.monotonic() + timeout_s
     while api.dag(INGEST_DAG) is None:  # the DAG processor has not parsed the file yet
         if time.monotonic() > deadline:
             raise TimeoutError(f"{INGEST_DAG} was not parsed within {timeout_s:.0f}s")
         time.sleep(2)
-    first = hour_end - timedelta(hours=hours)
-    for attempt in range(10):
-        try:
-            api.backfill(
-                INGEST_DAG, from_date=first.isoformat(), to_date=(hour_end - timedelta(hours=1)).isoformat()
-            )
-            break
-        except requests.HTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else 0
-            if status == 409:  # an earlier attempt created it after all (its answer was lost to a lock)
-                break
-            # 500/503: the SQLite metadata DB was locked by the scheduler a moment; try again.
-            if status not in (500, 503) or attempt == 9:
-                raise
-            time.sleep(3)
-    ends = {hour_end - timedelta(hours=back) for back in range(hours)}
+    ends = sorted(hour_end - timedelta(hours=back) for back in range(hours))
+    for end in ends:
+        _create_hour_run(api, end - timedelta(hours=1), end)
     found: dict[datetime, dict[str, Any]] = {}
     while len(found) < len(ends):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{INGEST_DAG}: runs for {sorted(ends - set(found))} never appeared")
+            raise TimeoutError(f"{INGEST_DAG}: runs for {sorted(set(ends) - set(found))} never appeared")
         for run in api.dag_runs(INGEST_DAG, limit=50):
-            end = run.get("data_interval_end")
-            if end and _time(end) in ends:
-                found.setdefault(_time(end), run)
+            run_end = run.get("data_interval_end")
+            if run_end and _time(run_end) in ends:
+                found.setdefault(_time(run_end), run)
         time.sleep(2)
-    return [follow_run(api, INGEST_DAG, found[end], deadline - time.monotonic()) for end in sorted(found)]
+    return [follow_run(api, INGEST_DAG, found[end], deadline - time.monotonic()) for end in ends]
+
+
+def _create_hour_run(api: AirflowApi, start: datetime, end: datetime, attempts: int = 10) -> None:
+    for attempt in range(attempts):
+        try:
+            api.create_run(
+                INGEST_DAG,
+                run_id=f"demo_history__{start.isoformat()}",
+                logical_date=start.isoformat(),
+                data_interval=(start.isoformat(), end.isoformat()),
+            )
+            return
+        except requests.HTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else 0
+            if status == 409:
+                return
+            # 500/503: the SQLite metadata DB was locked a moment; the insert was rolled back, try again.
+            if status not in (500, 503) or attempt == attempts - 1:
+                raise
+            time.sleep(3)
 
 
 #: What the embedded demo changes from the shipped defaults, and why (README "Two commands").

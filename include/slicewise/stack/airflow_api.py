@@ -72,12 +72,19 @@ class AirflowApi:
         )
         return result
 
-    def backfill(self, dag_id: str, from_date: str, to_date: str) -> dict[str, Any]:
-        """Runs for every interval between the dates that has none yet (existing runs are left alone)."""
+    def create_run(
+        self, dag_id: str, run_id: str, logical_date: str, data_interval: tuple[str, str]
+    ) -> dict[str, Any]:
+        """One run with the given id and data interval (409 if the id or the logical date has a run already)."""
         result: dict[str, Any] = self._request(
             "POST",
-            "/backfills",
-            json={"dag_id": dag_id, "from_date": from_date, "to_date": to_date, "reprocess_behavior": "none"},
+            f"/dags/{dag_id}/dagRuns",
+            json={
+                "dag_run_id": run_id,
+                "logical_date": logical_date,
+                "data_interval_start": data_interval[0],
+                "data_interval_end": data_interval[1],
+            },
         )
         return result
 
