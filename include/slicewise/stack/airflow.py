@@ -20,6 +20,12 @@ from slicewise.stack import processes
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 ADMIN_USER = "admin"
+#: How long a connection to the SQLite metadata DB waits for another process's write lock. Python's default,
+#: 5 s, is too short on 2 cores while TensorFlow tasks start: the scheduler's loop then fails with "database is
+#: locked" and the scheduler exits (seen in CI, leaving the demo's runs queued); the API server answers 503.
+#: Airflow imports these by path (``[database] sql_alchemy_connect_args``, ``..._async``) and adds to the first.
+SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 60}
+SQLITE_CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": 60}
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ def environment(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS_ASYNC",
         "AIRFLOW__API_AUTH__JWT_SECRET": stored["jwt_secret"],
         "AIRFLOW__API__BASE_URL": f"http://{processes.LOOPBACK}:{api_port}",
         "AIRFLOW__API__HOST": processes.LOOPBACK,
