@@ -163,40 +163,31 @@ class Procedure:
             # Verified (perhaps uncordoned too) before a kill: cordoning and draining again would evict the pods
             # that started on the changed node since.
             unsettled.remove(name)
-            self._uncordon(name, changed=True)
-            self.ledger.update_node(
-                self.rollout_id,
-                name,
-                status=ledger_mod.DONE,
-                detail="changed and verified",
-                now=self.clock.now(),
-            )
-            outcome[name] = ledger_mod.DONE
+            outcome[name] = self._done(name)
         active = self._each(unsettled, self._snapshot_and_cordon, outcome)
         drained = self._each(active, self._drain, outcome)
         labelled = self._each(drained, self._label_desired, outcome)
         for name, error in self._wait_all(labelled, restore=False).items():
             if error is None:
                 try:
-                    self._uncordon(name, changed=True)
+                    outcome[name] = self._done(name)
+                    continue
                 except NodeFailed as why:  # the resources changed again between the check and the uncordon
                     error = str(why)
-            if error is None:
-                self.ledger.update_node(
-                    self.rollout_id,
-                    name,
-                    status=ledger_mod.DONE,
-                    detail="changed and verified",
-                    now=self.clock.now(),
-                )
-                outcome[name] = ledger_mod.DONE
-            else:
-                self.ledger.update_node(
-                    self.rollout_id, name, status=ledger_mod.FAILED, detail=error, now=self.clock.now()
-                )
-                self._event(name, f"change failed: {error}; node stays cordoned until the rollback")
-                outcome[name] = ledger_mod.FAILED
+            self.ledger.update_node(
+                self.rollout_id, name, status=ledger_mod.FAILED, detail=error, now=self.clock.now()
+            )
+            self._event(name, f"change failed: {error}; node stays cordoned until the rollback")
+            outcome[name] = ledger_mod.FAILED
         return outcome
+
+    def _done(self, name: str) -> str:
+        """A verified change: uncordon the node, stamp it and record it DONE."""
+        self._uncordon(name, changed=True)
+        self.ledger.update_node(
+            self.rollout_id, name, status=ledger_mod.DONE, detail="changed and verified", now=self.clock.now()
+        )
+        return ledger_mod.DONE
 
     def _verified_before_a_crash(self, name: str) -> bool:
         record = self.ledger.node(self.rollout_id, name)

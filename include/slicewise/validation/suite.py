@@ -306,6 +306,18 @@ def gpu_series(settings: Settings, *, with_previous: bool) -> list[Check]:
 # --- demand ---------------------------------------------------------------------------------------------------
 
 
+def _requested_at_most(bound: int, unit: str, rows: Any) -> Check:
+    return _check(
+        gxe.ExpectColumnValuesToBeBetween,
+        needs=("requested", "resource"),
+        what=f"demand requested above {bound} {unit}",
+        why="no node offers that many: the series is broken",
+        column="requested",
+        max_value=bound,
+        row_condition=rows,
+    )
+
+
 def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]:
     """Values, labels, uniqueness and the interval of the demand rows."""
     key = [schema.TIMESTAMP, "namespace", "pod", "container", "resource"]
@@ -323,23 +335,11 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
         _not_null("requested", "missing demand reads as no demand", kind="demand "),
         # Upper bounds per resource kind, which also refuse +Inf: one pod's request beyond what any node holds
         # is a broken series, and the planner would plan whole nodes for it.
-        _check(
-            gxe.ExpectColumnValuesToBeBetween,
-            needs=("requested", "resource"),
-            what=f"demand requested above {schema.MAX_GPUS_PER_POD} nvidia.com/gpu",
-            why="no node holds that many GPUs: the series is broken",
-            column="requested",
-            max_value=schema.MAX_GPUS_PER_POD,
-            row_condition=Column("resource") == schema.KSM_GPU,
-        ),
-        _check(
-            gxe.ExpectColumnValuesToBeBetween,
-            needs=("requested", "resource"),
-            what=f"demand requested above {schema.MAX_SHARES_PER_POD} MIG instances or GPU replicas",
-            why="no node offers that many: the series is broken",
-            column="requested",
-            max_value=schema.MAX_SHARES_PER_POD,
-            row_condition=Column("resource").is_not_in([schema.KSM_GPU]),
+        _requested_at_most(schema.MAX_GPUS_PER_POD, "nvidia.com/gpu", Column("resource") == schema.KSM_GPU),
+        _requested_at_most(
+            schema.MAX_SHARES_PER_POD,
+            "MIG instances or GPU replicas",
+            Column("resource").is_not_in([schema.KSM_GPU]),
         ),
         # Unschedulable pods are the demand the fleet failed to serve: the planner weighs them most.
         _not_null("unschedulable", "unserved demand is what the planner weighs most", kind="demand "),
