@@ -21,6 +21,8 @@ from slicewise.catalog import (
     composition_name,
     compute_share,
     describe_layout,
+    gpus_capacity,
+    is_maximal,
     is_valid_layout,
     layout,
     layout_capacity,
@@ -520,6 +522,9 @@ def test_given_every_slicewise_name_when_loaded_then_its_layouts_are_its_base_co
         if not name.startswith("sw-"):
             continue
         assert not config.is_default_name
+        if config.split is not None:  # sw-4of8-3g-2g-1gx2: the composition after the split's prefix
+            mig_gpus, node_gpus = config.split
+            name = "sw-" + name.removeprefix(f"sw-{mig_gpus}of{node_gpus}-")
         composition = parse_composition(name)
         for model, lay in config.layouts.items():
             gpu = catalog.model(model)
@@ -721,3 +726,41 @@ def test_given_a_model_without_mig_when_planned_for_then_it_offers_whole_gpus_an
     assert layout_capacity(t4, None, gpus=2, mps_replicas=4) == {"nvidia.com/gpu": 8}
     with pytest.raises(CatalogError, match="no entry for T4-16GB"):
         catalog.layout_of("all-balanced", "T4-16GB")
+
+
+# --- per-GPU split configs ------------------------------------------------------------------------------------
+
+
+def test_given_a_split_config_then_its_gpus_are_half_mig_half_whole_and_it_fits_one_node_size(
+    catalog: Catalog,
+) -> None:
+    balanced = catalog.layout_of("all-balanced", "H100-80GB")
+    assert balanced == (("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1))
+    layouts = catalog.gpu_layouts("sw-4of8-3g-2g-1gx2", "H100-80GB", 8)
+    assert layouts == (balanced,) * 4 + (None,) * 4
+    assert catalog.gpu_layouts("all-balanced", "H100-80GB", 3) == (balanced,) * 3
+    with pytest.raises(CatalogError, match="nodes of 8 GPUs, not 4"):
+        catalog.gpu_layouts("sw-4of8-3g-2g-1gx2", "H100-80GB", 4)
+    # 4 whole GPUs plus the balanced instances of 4 GPUs, on one node (mixed strategy)
+    assert gpus_capacity(catalog.model("H100-80GB"), layouts) == {
+        "nvidia.com/gpu": 4,
+        "nvidia.com/mig-1g.10gb": 8,
+        "nvidia.com/mig-2g.20gb": 4,
+        "nvidia.com/mig-3g.40gb": 4,
+    }
+
+
+def test_given_the_split_configs_then_they_are_halves_of_maximal_compositions_kept_apart_from_the_rest(
+    catalog: Catalog,
+) -> None:
+    splits = catalog.splits_for("H100-80GB", 8)
+    assert "sw-4of8-1gx7" in splits and "sw-4of8-3g-2g-1gx2" in splits
+    for name, (lay, split) in splits.items():
+        assert name.startswith("sw-4of8-") and split == (4, 8)
+        assert is_maximal(catalog.model("H100-80GB"), lay) and sum(n for _, n in lay) >= 2
+    assert catalog.splits_for("H100-80GB", 6) == {}
+    assert not any(name.startswith("sw-4of8-") for name in catalog.configs_for("H100-80GB"))
+    seven = (("1g.10gb", 7),)
+    assert catalog.config_named_for("H100-80GB", seven) == "all-1g.10gb"
+    assert catalog.config_named_for("H100-80GB", seven, (4, 8)) == "sw-4of8-1gx7"
+    assert catalog.config_named_for("H100-80GB", seven, (3, 8)) is None

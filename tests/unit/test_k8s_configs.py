@@ -161,23 +161,35 @@ def test_given_every_entry_when_matched_to_models_then_its_profiles_are_real_and
     catalog: Catalog, mig_parted: dict[str, Any]
 ) -> None:
     for name, entries in mig_parted["mig-configs"].items():
-        seen: set[str] = set()
+        split = catalog.mig_configs[name].split
+        seen: set[tuple[str, object]] = set()  # (model, device index or "all")
         for entry in entries:
             models = _models_selected(catalog, entry)
             assert models, (name, entry)
+            devices = ["all"] if entry["devices"] == "all" else entry["devices"]
             # mig-parted cannot tell two GPUs with the same PCI ID apart: entries must not overlap.
-            assert not seen & set(models), (name, seen & set(models))
-            seen |= set(models)
+            covered = {(model, device) for model in models for device in devices}
+            assert not seen & covered, (name, seen & covered)
+            seen |= covered
             for model in models:
                 gpu = catalog.model(model)
+                # the layout the catalogue gives each device of the entry (a split: per device index)
+                wanted = (
+                    {catalog.layout_of(name, model)}
+                    if split is None
+                    else {catalog.gpu_layouts(name, model, split[1])[d] for d in devices}
+                )
                 if not entry["mig-enabled"]:
-                    assert catalog.layout_of(name, model) is None
+                    assert wanted == {None}, (name, model)
                     continue
                 assert set(entry["mig-devices"]) <= set(gpu.profiles), (name, model)
                 lay = layout(entry["mig-devices"])
                 assert is_valid_layout(gpu, lay), (name, model, lay)
-                assert catalog.layout_of(name, model) == lay
-        assert seen == set(catalog.mig_configs[name].layouts), name
+                assert wanted == {lay}, (name, model)
+        models_seen = {model for model, _ in seen}
+        assert models_seen == set(catalog.mig_configs[name].layouts), name
+        if split is not None:  # every device of the node is covered, for every model
+            assert all(len({d for m, d in seen if m == model}) == split[1] for model in models_seen), name
 
 
 def test_given_the_config_names_when_compared_then_the_file_holds_exactly_the_catalogue(
@@ -254,3 +266,16 @@ def test_given_the_scheduler_profile_when_read_then_it_bin_packs_every_gpu_resou
     mig = {f"nvidia.com/mig-{p.replace('+', '.')}" for m in catalog.models.values() for p in m.profiles}
     assert set(weights) == {"cpu", "memory", "nvidia.com/gpu", *mig}
     assert weights["nvidia.com/gpu"] > weights["cpu"]  # GPUs decide; CPU and memory break ties
+
+
+def test_given_a_split_config_when_rendered_then_mig_devices_on_the_first_gpus_and_whole_on_the_rest(
+    mig_parted: dict[str, Any],
+) -> None:
+    entries = mig_parted["mig-configs"]["sw-4of8-1gx7"]
+    assert entries and len(entries) % 2 == 0
+    for mig, whole in zip(entries[::2], entries[1::2], strict=True):
+        assert mig["device-filter"] == whole["device-filter"]
+        assert (mig["devices"], mig["mig-enabled"]) == ([0, 1, 2, 3], True)
+        assert list(mig["mig-devices"].values()) == [7]
+        assert (whole["devices"], whole["mig-enabled"]) == ([4, 5, 6, 7], False)
+        assert "mig-devices" not in whole

@@ -232,3 +232,13 @@ def test_given_mig_disabled_under_an_mps_label_then_the_restarted_plugin_applies
     node = cluster.get_node("sim-a100-40-0")
     assert node.allocatable == {"nvidia.com/gpu": 16}
     assert conditions(cluster, "sim-a100-40-0") == ()
+
+
+def test_given_a_per_gpu_split_config_then_failed_at_once_with_the_reason(cluster: SimulatedCluster) -> None:
+    before = cluster.get_node("sim-a100-80-0")
+    split = f"sw-{before.gpu_count // 2}of{before.gpu_count}-3g-2g-1gx2"
+    select(cluster, "sim-a100-80-0", split)
+    node = cluster.get_node("sim-a100-80-0")
+    assert node.mig_config_state == "failed"
+    assert node.allocatable == before.allocatable
+    assert any("one layout to every GPU" in c for c in conditions(cluster, "sim-a100-80-0"))

@@ -24,7 +24,13 @@ from slicewise.catalog.layouts import (
 )
 from slicewise.catalog.models import CatalogError, GpuModel, MigProfile
 from slicewise.catalog.render import render_device_plugin_config, render_mig_parted_config
-from slicewise.catalog.resources import compute_share, ksm_resource, layout_capacity, resource_for_profile
+from slicewise.catalog.resources import (
+    compute_share,
+    gpus_capacity,
+    ksm_resource,
+    layout_capacity,
+    resource_for_profile,
+)
 
 __all__ = [
     "Catalog",
@@ -37,6 +43,7 @@ __all__ = [
     "composition_name",
     "compute_share",
     "describe_layout",
+    "gpus_capacity",
     "is_maximal",
     "is_valid_layout",
     "ksm_resource",

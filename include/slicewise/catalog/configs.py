@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from slicewise.catalog.layouts import Layout, layout, layout_problems
+from slicewise.catalog.layouts import Layout, is_maximal, layout, layout_problems
 from slicewise.catalog.models import (
     MEDIA_SUFFIX,
     MPS_MAX_REPLICAS,
@@ -48,11 +48,16 @@ _PRODUCT_SUFFIXES = re.compile(r"(-MIG-.*|-SHARED)$", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class MigConfig:
-    """A named mig-parted config: the layout it gives each model it applies to (None = MIG disabled)."""
+    """A named mig-parted config: the layout it gives each model it applies to (None = MIG disabled).
+
+    ``split`` (k, n): a per-GPU (heterogeneous) config for nodes of exactly n GPUs: GPUs 0..k-1 get the layout,
+    the others MIG disabled (whole GPUs), as mig-parted's ``devices: [0, 1, ...]`` entries allow. None: every
+    GPU of the node gets the layout."""
 
     name: str
     layouts: Mapping[str, Layout | None]
     description: str
+    split: tuple[int, int] | None = None
 
     @property
     def is_default_name(self) -> bool:
@@ -120,15 +125,45 @@ class Catalog:
         return config.layouts[model]
 
     def configs_for(self, model: str) -> dict[str, Layout | None]:
-        """Every config name that applies to ``model``, in catalogue order, with the layout it gives."""
+        """Every config name that gives each GPU of ``model`` the same layout, in catalogue order, with it."""
         self.model(model)
-        return {name: c.layouts[model] for name, c in self.mig_configs.items() if model in c.layouts}
+        return {
+            name: c.layouts[model]
+            for name, c in self.mig_configs.items()
+            if model in c.layouts and c.split is None
+        }
 
-    def config_named_for(self, model: str, layout_: Layout | None) -> str | None:
-        """A config name that gives ``model`` exactly ``layout_`` (NVIDIA's names first), or None."""
+    def splits_for(self, model: str, gpus: int) -> dict[str, tuple[Layout, tuple[int, int]]]:
+        """The split configs for a node of ``gpus`` GPUs of ``model``: name -> (the layout of its MIG GPUs,
+        its split)."""
+        self.model(model)
+        return {
+            name: (lay, c.split)
+            for name, c in self.mig_configs.items()
+            if c.split is not None and c.split[1] == gpus and (lay := c.layouts.get(model)) is not None
+        }
+
+    def gpu_layouts(self, config_name: str, model: str, gpus: int) -> tuple[Layout | None, ...]:
+        """The layout of each GPU (by device index) of a ``gpus``-GPU node of ``model`` under ``config_name``.
+
+        CatalogError as ``layout_of``, and for a split config on a node of another size."""
+        lay = self.layout_of(config_name, model)
+        split = self.mig_configs[config_name].split
+        if split is None:
+            return (lay,) * gpus
+        mig_gpus, node_gpus = split
+        if gpus != node_gpus:
+            raise CatalogError(f"MIG config {config_name!r} is for nodes of {node_gpus} GPUs, not {gpus}")
+        return (lay,) * mig_gpus + (None,) * (gpus - mig_gpus)
+
+    def config_named_for(
+        self, model: str, layout_: Layout | None, split: tuple[int, int] | None = None
+    ) -> str | None:
+        """A config name that gives ``model`` exactly ``layout_`` (NVIDIA's names first) on every GPU, or with
+        ``split`` (k, n) on the first k of n GPUs; None if the catalogue has none."""
         wanted = None if layout_ is None else layout(layout_)
-        for name, found in self.configs_for(model).items():  # default names come first in catalogue order
-            if found == wanted:
+        for name, config in self.mig_configs.items():  # default names come first in catalogue order
+            if config.split == split and model in config.layouts and config.layouts[model] == wanted:
                 return name
         return None
 
@@ -173,9 +208,10 @@ def _build(config_dir: Path) -> Catalog:
     plugin_raw = _read_mapping(config_dir / DEVICE_PLUGIN_CONFIGS_FILE)
     defaults = _default_configs(models, mig_raw.get("balanced") or {})
     own = _slicewise_configs(models, mig_raw.get("compositions") or {}, defaults)
+    splits = _split_configs(models, {**defaults, **own}, mig_raw.get("splits") or [])
     return Catalog(
         models=MappingProxyType(dict(models)),
-        mig_configs=MappingProxyType({**defaults, **own}),
+        mig_configs=MappingProxyType({**defaults, **own, **splits}),
         device_plugin_configs=MappingProxyType(_device_plugin_configs(plugin_raw.get("mps_replicas") or [])),
     )
 
@@ -281,6 +317,48 @@ def _slicewise_configs(
         mix = " + ".join(f"{n}x{g}g" for g, n in sorted(composition.items(), reverse=True))
         description = f"Slicewise mix {mix}" + (f": {note}" if note else "")
         configs[str(name)] = MigConfig(str(name), layouts, description)
+    return configs
+
+
+def split_name(mig_gpus: int, node_gpus: int, composition: Mapping[int, int]) -> str:
+    """``sw-4of8-3g-2g-1gx2``: the composition on GPUs 0-3 of an 8-GPU node, the other four whole."""
+    return f"{SLICEWISE_PREFIX}{mig_gpus}of{node_gpus}-" + composition_name(composition).removeprefix(
+        SLICEWISE_PREFIX
+    )
+
+
+def _split_configs(
+    models: Mapping[str, GpuModel], homogeneous: Mapping[str, MigConfig], splits: list[Any]
+) -> dict[str, MigConfig]:
+    """Every base-profile composition of the homogeneous configs (MIG on, more than one instance) on the first
+    k GPUs of an n-GPU node, for each [k, n] in ``splits``; on each model where it is maximal (as for sw-*)."""
+    compositions: dict[str, Counter[int]] = {}
+    for config in homogeneous.values():
+        for model_name, lay in config.layouts.items():
+            model = models[model_name]
+            if not lay or sum(n for _, n in lay) < 2:
+                continue
+            if any(model.base_profile(model.profile(p).g) != model.profile(p) for p, _ in lay):
+                continue
+            composition = Counter({model.profile(p).g: n for p, n in lay})
+            compositions.setdefault(composition_name(composition), composition)
+    configs: dict[str, MigConfig] = {}
+    for raw in splits:
+        mig_gpus, node_gpus = (int(x) for x in raw)
+        if not 0 < mig_gpus < node_gpus:
+            raise CatalogError(f"split {raw}: needs 0 < MIG GPUs < node GPUs")
+        for composition in compositions.values():
+            layouts: dict[str, Layout | None] = {}
+            for model in models.values():
+                lay = _composition_layout(model, composition)
+                if lay is not None and not layout_problems(model, lay) and is_maximal(model, lay):
+                    layouts[model.name] = lay
+            if not layouts:
+                continue
+            name = split_name(mig_gpus, node_gpus, composition)
+            mix = " + ".join(f"{n}x{g}g" for g, n in sorted(composition.items(), reverse=True))
+            description = f"GPUs 0-{mig_gpus - 1} of {node_gpus}: {mix}; the rest whole"
+            configs[name] = MigConfig(name, layouts, description, (mig_gpus, node_gpus))
     return configs
 
 

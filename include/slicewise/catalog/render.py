@@ -37,7 +37,8 @@ def render_mig_parted_config(catalog: Catalog) -> dict[str, Any]:
     """The mig-parted config (format v1) of every named MIG config: ``{"version": "v1", "mig-configs": ...}``.
 
     Each config gets one entry per group of models with the same layout, selected by the models' PCI IDs
-    (``device-filter``); all-disabled and all-enabled get a single unfiltered entry. CatalogError if two
+    (``device-filter``); a split config two per group (``devices``: the MIG GPUs' indices, then the whole ones');
+    all-disabled and all-enabled get a single unfiltered entry. CatalogError if two
     models that share a PCI ID would get different entries, since mig-parted could not tell them apart.
     """
     configs: dict[str, list[dict[str, Any]]] = {}
@@ -53,13 +54,25 @@ def render_mig_parted_config(catalog: Catalog) -> dict[str, Any]:
         for model, lay in config.layouts.items():
             groups.setdefault(lay, []).append(model)
         _check_filters_unambiguous(catalog, name, groups)
-        configs[name] = [_entry(_pci_ids(catalog, models), lay) for lay, models in groups.items()]
+        entries = []
+        for lay, models in groups.items():
+            ids = _pci_ids(catalog, models)
+            if config.split is None:
+                entries.append(_entry(list(ids), lay))
+                continue
+            # Per device, as in mig-parted's examples: MIG on the first k GPUs, disabled on the others.
+            mig_gpus, node_gpus = config.split
+            entries.append(_entry(list(ids), lay, list(range(mig_gpus))))
+            entries.append(_entry(list(ids), None, list(range(mig_gpus, node_gpus))))
+        configs[name] = entries
     return {"version": "v1", "mig-configs": configs}
 
 
-def _entry(device_filter: list[str] | None, lay: Layout | None) -> dict[str, Any]:
+def _entry(
+    device_filter: list[str] | None, lay: Layout | None, devices: list[int] | None = None
+) -> dict[str, Any]:
     entry: dict[str, Any] = {} if device_filter is None else {"device-filter": device_filter}
-    entry["devices"] = "all"
+    entry["devices"] = "all" if devices is None else devices
     entry["mig-enabled"] = lay is not None
     if lay is not None:
         entry["mig-devices"] = dict(lay)
@@ -244,7 +257,9 @@ def _mig_parted_header(catalog: Catalog) -> str:
 # (all-balanced, sw-*) need the mixed strategy, which Slicewise's resource names assume throughout:
 #   kubectl patch clusterpolicies.nvidia.com/cluster-policy --type merge \
 #     -p '{{"spec": {{"mig": {{"strategy": "mixed"}}}}}}'
-# Entries select GPUs by PCI device ID (device-filter); a GPU no entry matches is left as it is.
+# Entries select GPUs by PCI device ID (device-filter); a GPU no entry matches is left as it is. The split
+# configs sw-<k>of<n>-* are for nodes of exactly n GPUs: MIG on devices 0..k-1, disabled on the rest (the
+# device plugin's mixed strategy then advertises nvidia.com/gpu and nvidia.com/mig-* on one node).
 #
 # Configs, [models] where not all (layouts differ per model: all-1g.10gb is 4 x 1g.10gb on an A100-40GB,
 # 7 on 80 GB cards; every name's layouts are in the entries below):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 
 from slicewise.catalog.layouts import Layout, layout_problems
 from slicewise.catalog.models import CatalogError, GpuModel
@@ -45,6 +47,16 @@ def layout_capacity(
     if problems:
         raise CatalogError(f"invalid {model.name} layout {list(layout_)}: {'; '.join(problems)}")
     return {resource_for_profile(profile): count * gpus for profile, count in layout_}
+
+
+def gpus_capacity(model: GpuModel, layouts: Sequence[Layout | None], mps_replicas: int = 1) -> dict[str, int]:
+    """Allocatable extended resources of a node whose GPUs have ``layouts``, one per GPU (a split config gives
+    some GPUs MIG and leaves the others whole: the mixed strategy advertises both). CatalogError as
+    ``layout_capacity``."""
+    total: Counter[str] = Counter()
+    for lay in layouts:
+        total.update(layout_capacity(model, lay, 1, mps_replicas))
+    return dict(total)
 
 
 def compute_share(model: GpuModel, resource: str, mps_replicas: int = 1) -> float:

@@ -236,6 +236,12 @@ def _mig_config_changed(node: NodeState, catalog: Catalog, now: float, reconfigu
     except CatalogError as exc:  # nvidia-mig-parted assert --valid-config
         _set_state(node, "failed", f"{wanted!r} is not a valid config for this node: {exc}")
         return
+    if catalog.mig_config(wanted).split is not None:
+        # The emulated GPUs (and the simulator's exporter) carry one layout for all of a node's GPUs.
+        _set_state(
+            node, "failed", f"{wanted!r} is per-GPU: the simulated fleet applies one layout to every GPU"
+        )
+        return
     if target == applied_layout(node):  # nvidia-mig-parted assert: already applied, no pending phase
         node["applied"]["mig_config"] = wanted
         _set_state(node, "success", f"{wanted} is already applied")

@@ -38,6 +38,8 @@ class PlannerConfig:
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
+    # packing: also the per-GPU split configs (sw-<k>of<n>-*); off until the simulated fleet applies them.
+    split_layouts: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -75,6 +77,7 @@ class PlannerConfig:
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
+            split_layouts=settings.planner_split_layouts,
         )
 
 

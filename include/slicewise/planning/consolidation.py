@@ -99,9 +99,11 @@ def consolidate(
 def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:
     """The slots a node has left under its plan, once its running pods and the requests it plans to host sit."""
     desired = item.plan.desired
+    config = desired.mig_config or "all-disabled"
     candidate = Candidate(
-        catalog.layout_of(desired.mig_config or "all-disabled", item.ctx.model.name),
+        catalog.layout_of(config, item.ctx.model.name),
         catalog.mps_replicas(desired.device_plugin_config or "default"),
+        catalog.mig_config(config).split,
     )
     hosting = (
         Pool(item.proposal.hosted.items())

@@ -26,6 +26,7 @@ class NodeContext:
     layout: Layout | None  # None = MIG disabled (whole GPUs, possibly MPS-shared)
     replicas: int  # MPS tenants per GPU (1 = no sharing)
     forecasts: tuple[SeriesForecast, ...]
+    split: tuple[int, int] | None = None  # (k, n): ``layout`` on the first k of the n GPUs, the rest whole
 
     @property
     def name(self) -> str:
@@ -126,11 +127,14 @@ def node_context(obs: NodeObservation, forecasts: list[SeriesForecast], catalog:
     if node.gpu_count < 1:
         raise NotPlannable("label nvidia.com/gpu.count is missing or 0")
     try:
-        layout = catalog.layout_of(node.mig_config or "all-disabled", model.name)
+        config = node.mig_config or "all-disabled"
+        layout = catalog.layout_of(config, model.name)
+        catalog.gpu_layouts(config, model.name, node.gpu_count)  # a split for another node size: not ours
         replicas = catalog.mps_replicas(node.device_plugin_config or "default")
     except CatalogError as exc:
         raise NotPlannable(f"current configuration is not one Slicewise knows: {exc}") from None
-    return NodeContext(obs, model, layout, replicas, tuple(forecasts))
+    split = catalog.mig_configs[config].split
+    return NodeContext(obs, model, layout, replicas, tuple(forecasts), split)
 
 
 def describe_pod(pod: GpuPod) -> str:

@@ -1,8 +1,10 @@
 """The ``packing`` policy (default): the node configuration that hosts running and forecast pending requests with
 the least stranded capacity and the fewest disruptions.
 
-Every configuration the node's GPU model allows is a candidate: each named MIG layout (MIG on), and MIG off with
-whole GPUs or MPS with each shipped replica count (a model without MIG has only the latter). For each, the node's
+Every configuration the node's GPU model allows is a candidate: each named MIG layout (MIG on), with
+``split_layouts`` each per-GPU split config for the node's size (a layout on the first half of the GPUs, the rest
+whole), and MIG off with whole GPUs or MPS with each shipped replica count (a model without MIG has only the
+latter). For each, the node's
 running pods are placed first, then the pool's pending requests (:mod:`slicewise.planning.demand`), largest
 first, each on the smallest free slot that hosts it. The score is
 
@@ -59,6 +61,7 @@ Slot = tuple[str, float]  # (extended resource, share of a GPU)
 class Candidate:
     layout: Layout | None  # None = MIG disabled
     replicas: int  # MPS tenants per GPU (1 = whole GPUs)
+    split: tuple[int, int] | None = None  # (k, n): ``layout`` on the first k of n GPUs, the rest whole
 
 
 @dataclass
@@ -73,15 +76,16 @@ class Placement:
 
 
 def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) -> Proposal:
-    current = Candidate(ctx.layout, ctx.replicas)
+    current = Candidate(ctx.layout, ctx.replicas, ctx.split)
     cap, reasons = _mps_cap(ctx, config)
-    candidates = [current, *(c for c in _candidates(ctx, catalog, cap) if c != current)]
+    candidates = [current, *(c for c in _candidates(ctx, catalog, cap, config.split_layouts) if c != current)]
     value = tenant_value(ctx)
     placements = {c: place(ctx, c, pool, value) for c in candidates}
 
     def score(candidate: Candidate) -> tuple[float, int, int]:
         placed = placements[candidate]
-        penalty = config.change_penalty_gpu_hours if candidate.layout != current.layout else 0.0
+        changes_mig = (candidate.layout, candidate.split) != (current.layout, current.split)
+        penalty = config.change_penalty_gpu_hours if changes_mig else 0.0
         rank = (
             -placed.served + placed.unusable + STRANDED_WEIGHT * placed.stranded + LOST_WEIGHT * placed.lost
         )
@@ -106,15 +110,25 @@ def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) 
         reasons.append(f"tenants' P90 load exceeds the target by {overload:.2f} GPU-eq: fewer tenants")
     served = placed.pending if best != current else now.pending
     return Proposal(
-        best.layout, best.replicas, _rule(best, placed), tuple(reasons), gain, _labels(served), served
+        best.layout,
+        best.replicas,
+        _rule(best, placed),
+        tuple(reasons),
+        gain,
+        _labels(served),
+        served,
+        best.split,
     )
 
 
-def _candidates(ctx: NodeContext, catalog: Catalog, cap: int) -> list[Candidate]:
+def _candidates(ctx: NodeContext, catalog: Catalog, cap: int, splits: bool) -> list[Candidate]:
     out = []
     for _, layout in sorted(catalog.configs_for(ctx.model.name).items()):
         if layout:  # MIG on with at least one instance
             out.append(Candidate(layout, 1))
+    if splits:
+        for layout, split in catalog.splits_for(ctx.model.name, ctx.gpus).values():
+            out.append(Candidate(layout, 1, split))
     out.append(Candidate(None, 1))
     for name in catalog.device_plugin_configs:
         replicas = catalog.mps_replicas(name)
@@ -175,13 +189,16 @@ def slots_of(ctx: NodeContext, candidate: Candidate) -> tuple[Counter[Slot], flo
     if candidate.layout is None:
         share = 1.0 / candidate.replicas
         return Counter({(GPU_RESOURCE, share): ctx.gpus * candidate.replicas}), 0.0
+    mig_gpus = ctx.gpus if candidate.split is None else candidate.split[0]
     slots: Counter[Slot] = Counter()
+    if mig_gpus < ctx.gpus:
+        slots[(GPU_RESOURCE, 1.0)] = ctx.gpus - mig_gpus
     covered = 0.0
     for profile, count in candidate.layout:
         share = ctx.model.profile(profile).g / ctx.model.compute_slices
-        slots[(resource_for_profile(profile), share)] += count * ctx.gpus
+        slots[(resource_for_profile(profile), share)] += count * mig_gpus
         covered += share * count
-    return slots, max(0.0, ctx.gpus * (1.0 - covered))
+    return slots, max(0.0, mig_gpus * (1.0 - covered))
 
 
 def pod_requests(pod: GpuPod) -> list[Request]:
@@ -268,7 +285,11 @@ def _rule(best: Candidate, placed: Placement) -> str:
 
 def _describe(candidate: Candidate) -> str:
     if candidate.layout is not None:
-        return "MIG " + " + ".join(f"{n} x {p}" for p, n in candidate.layout)
+        mig = "MIG " + " + ".join(f"{n} x {p}" for p, n in candidate.layout)
+        if candidate.split is not None:
+            mig_gpus, gpus = candidate.split
+            return f"{mig} on {mig_gpus} of {gpus} GPUs, {gpus - mig_gpus} whole"
+        return mig
     return "whole GPUs" if candidate.replicas == 1 else f"MPS {candidate.replicas} tenants per GPU"
 
 

@@ -150,6 +150,7 @@ def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:
         ctx.model.name,
         ctx.gpus,
         ctx.layout,
+        ctx.split,
         ctx.replicas,
         tuple(sorted(f.mig_profile for f in ctx.forecasts)),  # the weights of its zero forecasts
         pool.key(),
@@ -163,12 +164,14 @@ def _propose(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Po
 
 
 def _desired(ctx: NodeContext, proposal: Proposal, catalog: Catalog) -> DesiredState:
-    if proposal.layout == ctx.layout:
+    if (proposal.layout, proposal.split) == (ctx.layout, ctx.split):
         mig_config = ctx.obs.node.mig_config
     else:
-        name = catalog.config_named_for(ctx.model.name, proposal.layout)
+        name = catalog.config_named_for(ctx.model.name, proposal.layout, proposal.split)
         if name is None:  # policies only propose shipped layouts; a miss is a catalogue bug
-            raise ValueError(f"no named mig-parted config for {proposal.layout} on {ctx.model.name}")
+            raise ValueError(
+                f"no named mig-parted config for {proposal.layout} (split {proposal.split}) on {ctx.model.name}"
+            )
         mig_config = name
     if proposal.replicas == ctx.replicas:
         plugin = ctx.obs.node.device_plugin_config or "default"

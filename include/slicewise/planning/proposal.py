@@ -18,3 +18,4 @@ class Proposal:
     gain_gpu_hours: float  # expected GPU-hours per hour freed or demand served (0 when nothing changes)
     pending_served: Mapping[str, float] = field(default_factory=dict)  # as plans name the requests
     hosted: Mapping[Request, float] = field(default_factory=dict)  # the pool's requests it would host
+    split: tuple[int, int] | None = None  # (k, n): ``layout`` on the first k of n GPUs, the rest whole

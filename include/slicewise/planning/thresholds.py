@@ -43,7 +43,12 @@ def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig) -> Proposal:
     p50, upper = ctx.utilisation()
     if math.isnan(upper):
         return Proposal(
-            ctx.layout, ctx.replicas, "thresholds: no forecast", ("no forecast for this node",), 0.0
+            ctx.layout,
+            ctx.replicas,
+            "thresholds: no forecast",
+            ("no forecast for this node",),
+            0.0,
+            split=ctx.split,
         )
     facts = (
         f"forecast utilisation P50 {p50:.0%}, P90 {upper:.0%} "
@@ -65,7 +70,7 @@ def _plan_mig(ctx: NodeContext, config: PlannerConfig, upper: float, facts: str)
         rule = f"thresholds: utilisation above {config.high_util:.0%} -> larger slices"
         return Proposal(ladder[at - 1], 1, rule, (facts,), ctx.gpus * (upper - config.high_util))
     rule = "thresholds: utilisation within the band (or at the end of the ladder) -> keep the layout"
-    return Proposal(ctx.layout, 1, rule, (facts,), 0.0)
+    return Proposal(ctx.layout, 1, rule, (facts,), 0.0, split=ctx.split)
 
 
 def _plan_mps(

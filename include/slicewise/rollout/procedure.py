@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from slicewise.catalog import Catalog, CatalogError, layout_capacity
+from slicewise.catalog import Catalog, CatalogError, gpus_capacity
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     LAST_CHANGE_ANNOTATION,
@@ -89,9 +89,11 @@ def expected_allocatable(node: GpuNode, labels: Mapping[str, str | None], catalo
     if model is None:
         raise NodeFailed(f"unknown GPU product {node.gpu_product!r}")
     try:
-        layout = catalog.layout_of(labels.get(MIG_CONFIG_LABEL) or "all-disabled", model.name)
+        layouts = catalog.gpu_layouts(
+            labels.get(MIG_CONFIG_LABEL) or "all-disabled", model.name, node.gpu_count
+        )
         replicas = catalog.mps_replicas(labels.get(DEVICE_PLUGIN_CONFIG_LABEL) or "default")
-        return layout_capacity(model, layout, node.gpu_count, replicas)
+        return gpus_capacity(model, layouts, replicas)
     except CatalogError as exc:
         raise NodeFailed(f"the wanted configuration is not valid for {model.name}: {exc}") from None
 

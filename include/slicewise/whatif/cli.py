@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
         help="the planner leaves GPUs without MIG alone (planner_gpus_without_mig=false)",
     )
     parser.add_argument(
+        "--split-layouts",
+        action="store_true",
+        help="the planner may propose per-GPU split configs, sw-<k>of<n>-* (planner_split_layouts=true)",
+    )
+    parser.add_argument(
         "--consolidation",
         choices=("off", "whole-gpus", "nodes"),
         default="whole-gpus",
@@ -173,6 +178,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         planner=dataclasses.replace(
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,
+            split_layouts=args.split_layouts,
             consolidation=args.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
         ),

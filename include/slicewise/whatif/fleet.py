@@ -1,8 +1,9 @@
 """The scheduler model of the backtest: nodes of MIG slices or (MPS-shared) whole GPUs, filled first-fit.
 
 Every GPU of a node has the node's layout (as NVIDIA's ``all-*`` and Slicewise's ``sw-*`` mig-parted configs
-do). A slot is one MIG instance (its share of the GPU is g / compute slices), one MPS tenant (1 / replicas) or
-one whole GPU (1). A pod asks for ``gpus`` GPUs of ``share`` each:
+do), except under a split config (``sw-4of8-*``: the first half MIG, the rest whole GPUs). A slot is one MIG
+instance (its share of the GPU is g / compute slices), one MPS tenant (1 / replicas) or one whole GPU (1). A
+pod asks for ``gpus`` GPUs of ``share`` each:
 
 - one GPU, ``share < 1``: the smallest free slot at least ``share`` (best fit on the node), so a trace request
   is a size, not a resource name: a 0.46-GPU pod takes a 4g slice, an MPS tenant of 1/2, or a whole GPU;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,10 +65,10 @@ class Slot:
     pod: int = -1  # the pod on it; -1 when free
 
 
-def slots_for(model: GpuModel, gpus: int, layout: Layout | None, replicas: int) -> list[Slot]:
-    """The slots of ``gpus`` GPUs in ``layout`` (None: MIG disabled, ``replicas`` MPS tenants per GPU)."""
+def slots_for(model: GpuModel, layouts: Sequence[Layout | None], replicas: int) -> list[Slot]:
+    """The slots of GPUs in ``layouts``, one per GPU (None: MIG disabled, ``replicas`` MPS tenants per GPU)."""
     slots = []
-    for gpu in range(gpus):
+    for gpu, layout in enumerate(layouts):
         if layout is None:
             slots += [Slot(gpu, 1.0 / replicas, GPU_RESOURCE) for _ in range(replicas)]
             continue
@@ -106,9 +108,9 @@ class SimNode:
         if self.pods:
             raise RuntimeError(f"{self.name}: reconfigured with pods on it")
         self.mig_config, self.plugin = mig_config, plugin
-        self.layout = self.catalog.layout_of(mig_config, self.model.name)
+        layouts = self.catalog.gpu_layouts(mig_config, self.model.name, self.gpus)
         self.replicas = self.catalog.mps_replicas(plugin)
-        self.slots = slots_for(self.model, self.gpus, self.layout, self.replicas)
+        self.slots = slots_for(self.model, layouts, self.replicas)
 
     def free_whole(self) -> int:
         """Free slots that are a whole GPU (MIG disabled without MPS, or a 7g instance)."""

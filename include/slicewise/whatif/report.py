@@ -48,6 +48,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "dwell_hours": config.planner.dwell_hours,
                 "max_change_share": config.planner.max_change_share,
                 "plan_gpus_without_mig": config.planner.plan_gpus_without_mig,
+                "split_layouts": config.planner.split_layouts,
                 "consolidation": config.planner.consolidation,
             },
         },

@@ -248,3 +248,24 @@ def test_a_request_for_one_gpu_model_is_only_planned_on_nodes_of_that_model(cata
     assert first.action == KEEP and first.pending_served == {}
     assert second.action == CHANGE and second.desired.device_plugin_config == "mps-2"
     assert second.pending_served == {"1 x 0.5 GPU on A100-80GB": 4}
+
+
+def test_a_split_config_hosts_a_running_multi_gpu_pod_and_pending_small_requests_on_one_node(
+    catalog: Catalog,
+) -> None:
+    # 8 whole H100s; a 4-GPU pod runs; 28 pods of one 1g slice each wait. Only a per-GPU config serves both:
+    # MIG with seven 1g slices on GPUs 0-3 (4 x 7 = 28), GPUs 4-7 whole for the running pod.
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", gpus=8)
+    running = pod("train-1", "h1", "nvidia.com/gpu", 4)
+    inputs = ([observe(whole, running)], forecasts(whole_gpu_load("h1", 8, 0.5), {MIG_1G: 28}))
+    (split,) = plan_fleet(*inputs, catalog, PlannerConfig(split_layouts=True), NOW).nodes
+    assert split.action == CHANGE
+    assert split.desired.mig_config == "sw-4of8-1gx7"
+    layouts = catalog.gpu_layouts(split.desired.mig_config, "H100-80GB", 8)
+    assert layouts == (((("1g.10gb", 7),),) * 4) + (None,) * 4
+    assert split.pending_served == {MIG_1G: 28}
+    assert "MIG 7 x 1g.10gb on 4 of 8 GPUs, 4 whole" in " ".join(split.reasons)
+    # Without split configs no layout keeps the 4-GPU pod and serves the slices at once
+    # (all-1g on 8 GPUs would evict the pod with nowhere to go): the node stays whole and the slices wait.
+    (homogeneous,) = plan_fleet(*inputs, catalog, PlannerConfig(), NOW).nodes
+    assert homogeneous.action == KEEP and homogeneous.pending_served == {}

@@ -116,3 +116,16 @@ def test_a_fractional_queue_drains_once_the_node_leaves_mig_for_mps() -> None:
     assert result.wait_mean_s == pytest.approx(3700)
     assert result.reconfigs_per_node_hour == pytest.approx(1 / (END / 3600))
     assert result.pods_evicted == 0
+
+
+def test_a_split_node_hosts_a_whole_gpu_pod_and_small_pods_at_once() -> None:
+    h100 = CATALOG.model("H100-80GB")
+    node = SimNode("n1", 8, h100, CATALOG, "sw-4of8-1gx7", "default")
+    assert node.free_whole() == 4  # GPUs 4-7
+    assert sorted(Counter(s.gpu for s in node.slots if s.share < 1).values()) == [7] * 4  # 7 x 1g on 0-3
+    whole = node.fit(4, 1.0)
+    assert whole is not None and {node.slots[i].gpu for i in whole} == {4, 5, 6, 7}
+    node.place(1, whole, 4.0)
+    small = node.fit(1, 0.1)
+    assert small is not None and node.slots[small[0]].share == pytest.approx(1 / 7)
+    assert node.fit(1, 1.0) is None  # no whole GPU left: the MIG half hosts only slices
