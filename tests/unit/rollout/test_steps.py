@@ -1,0 +1,50 @@
+"""The rollout DAG's steps outside Airflow: mode gates, the plan's inputs, and the watcher's verdict."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from slicewise.errors import NotYet, PermanentError
+from slicewise.rollout import steps
+from slicewise.settings import load_settings
+
+
+def run_in(tmp_path: Path, mode: str) -> steps.RolloutRun:
+    settings = load_settings({"storage_root": tmp_path.as_uri()}, environ={})
+    return steps.RolloutRun(settings, "scheduled__2026-12-01T10:45:00+00:00", mode)
+
+
+def test_rollout_tasks_skip_in_recommend_mode_and_the_plan_is_published_only_there(tmp_path: Path) -> None:
+    recommend, apply = run_in(tmp_path, steps.RECOMMEND), run_in(tmp_path, steps.APPLY)
+    with pytest.raises(NotYet, match="recommend mode"):
+        steps.start(recommend, {"paths": {"plan.json": "unused"}})
+    with pytest.raises(NotYet, match="recommend mode"):
+        steps.report(recommend, None)
+    assert steps.rollback(recommend, None) == {"rolled_back": False}
+    now = datetime(2026, 12, 1, 10, 45, tzinfo=UTC)
+    extra = steps.publish_plan(recommend, {"counts": {"keep": 3}}, now)
+    assert extra == {"mode": "recommend", "run_id": recommend.run_id, "counts": {"keep": 3}}
+    with pytest.raises(NotYet, match="apply mode"):
+        steps.publish_plan(apply, {"counts": {}}, now)
+
+
+def test_the_plan_reads_what_its_upstream_tasks_wrote_and_refuses_two_runs_folders(tmp_path: Path) -> None:
+    run = run_in(tmp_path, steps.RECOMMEND)
+    with pytest.raises(PermanentError, match="belong to different runs"):
+        steps.plan(
+            run,
+            str(tmp_path / "plans/a/forecasts.json"),
+            str(tmp_path / "plans/b/observed.json"),
+            datetime.now(UTC),
+        )
+
+
+def test_the_watcher_fails_the_run_unless_the_rollout_was_promoted() -> None:
+    steps.check_promoted({"outcome": "promoted", "reason": ""})
+    steps.check_promoted({"outcome": "nothing to change", "reason": ""})
+    for outcome in ("rolled_back", "failed", "not started"):
+        with pytest.raises(PermanentError, match=f"rollout {outcome}: wave 1 failed its analysis"):
+            steps.check_promoted({"outcome": outcome, "reason": "wave 1 failed its analysis"})
