@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from slicewise import store
-from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
 from slicewise.planning.types import Forecasts, NodeObservation, SeriesForecast
 from slicewise.rollout.ledger import DONE, PROMOTED, RESTORED, ROLLED_BACK, ROLLING_BACK, Ledger
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import gpu_samples
 from tests.support.partitions import publish_hour

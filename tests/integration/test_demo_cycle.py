@@ -48,9 +48,9 @@ def test_make_demo_runs_the_whole_loop_and_stop_stops_it(tmp_path: Path) -> None
         for step in ("1/4", "2/4", "3/4", "4/4", "cycle done", "rollout #", "champion", "cost report"):
             assert step in output, (step, output[-4000:])
 
-        from slicewise.cluster.simulated import SimulatedCluster
         from slicewise.rollout import ledger as ledger_mod
         from slicewise.rollout.ledger import Ledger
+        from slicewise.simulator.cluster import SimulatedCluster
 
         # The ledger and the simulated fleet's labels agree.
         # (More forecaster versions may start more rollouts after the demo returns; dwell time keeps them off

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.ledger import Ledger
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import serve
 from slicewise.simulator.fleet import Fleet
 from slicewise.stack import processes

@@ -25,7 +25,7 @@ def test_without_a_trusted_forecaster_nothing_is_recommended_and_the_cluster_is_
     state = history / "cluster" / "state.json"
     monkeypatch.setenv("SLICEWISE_CLUSTER_BACKEND", "simulated")
     monkeypatch.setenv("SLICEWISE_SIMULATED_CLUSTER_STATE", str(state))
-    from slicewise.cluster.simulated import SimulatedCluster
+    from slicewise.simulator.cluster import SimulatedCluster
 
     SimulatedCluster.open(state).list_nodes()  # create the state as the demo would
     before = state.read_bytes()
@@ -47,7 +47,7 @@ def test_with_the_baseline_fallback_the_plan_recommends_valid_changes_and_writes
     state = history / "cluster" / "state.json"
     monkeypatch.setenv("SLICEWISE_CLUSTER_BACKEND", "simulated")
     monkeypatch.setenv("SLICEWISE_SIMULATED_CLUSTER_STATE", str(state))
-    from slicewise.cluster.simulated import SimulatedCluster
+    from slicewise.simulator.cluster import SimulatedCluster
 
     SimulatedCluster.open(state).list_nodes()
     before = state.read_bytes()

@@ -251,7 +251,7 @@ def write_ledger(url: str, cluster: str) -> LedgerRollouts:
 
 def write_cluster(state: Path, changed_at: datetime) -> None:
     """The default simulated fleet, with CHANGED_NODE annotated as changed at ``changed_at``."""
-    from slicewise.cluster.simulated import SimulatedCluster
+    from slicewise.simulator.cluster import SimulatedCluster
 
     cluster = SimulatedCluster.open(state)
     cluster.set_annotations(CHANGED_NODE, {LAST_CHANGE_ANNOTATION: changed_at.isoformat()})

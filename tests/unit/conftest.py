@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slicewise.cluster.simulated import SimulatedCluster
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet
 from tests.support.clock import WORKDAY_INSTANT, FakeClock
 

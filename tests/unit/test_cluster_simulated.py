@@ -25,12 +25,12 @@ from slicewise.cluster.base import (
     LabelsChanged,
     NodeNotFound,
 )
-from slicewise.cluster.mig_manager import OPERAND_LABELS
-from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.settings import load_settings
 from slicewise.simulator import cli
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet, load_config
+from slicewise.simulator.mig_manager import OPERAND_LABELS
 from tests.support.clock import WORKDAY_INSTANT, FakeClock
 
 REQUESTS = "kube_pod_container_resource_requests"
@@ -121,7 +121,7 @@ def test_given_running_pods_then_their_start_is_where_the_load_model_turns_the_s
     fleet: Fleet,
 ) -> None:
     # The cordon rule needs each pod's start; it must be the epoch boundary of load.slot_load.
-    from slicewise.cluster.simulated import _running_pods
+    from slicewise.simulator.cluster import _running_pods
 
     pods = _running_pods(fleet, WORKDAY_INSTANT)
     assert pods
@@ -260,7 +260,7 @@ def test_given_concurrent_processes_then_no_write_is_lost(tmp_path: Path) -> Non
         """
         import sys
         from pathlib import Path
-        from slicewise.cluster.simulated import SimulatedCluster
+        from slicewise.simulator.cluster import SimulatedCluster
 
         cluster = SimulatedCluster.open(Path(sys.argv[1]))
         for i in range(50):

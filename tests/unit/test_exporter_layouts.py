@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slicewise.cluster.base import MIG_CONFIG_LABEL
-from slicewise.cluster.simulated import SimulatedCluster
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet, FleetConfigError
 from tests.support.clock import WORKDAY_INSTANT, FakeClock

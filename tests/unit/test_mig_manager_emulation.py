@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 
 from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, GpuNode
-from slicewise.cluster.mig_manager import OPERAND_LABELS, PAUSED
-from slicewise.cluster.simulated import SimulatedCluster
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import demand_rows
+from slicewise.simulator.mig_manager import OPERAND_LABELS, PAUSED
 from tests.support.clock import FakeClock
 
 RECONFIGURE_S = 20

@@ -1,7 +1,7 @@
 """What Slicewise sees of and does to a Kubernetes GPU cluster: one small interface, two backends.
 
 The backends are :mod:`slicewise.cluster.kubernetes` (the real API through the cncf-kubernetes provider's
-``KubernetesHook``) and :mod:`slicewise.cluster.simulated` (the simulated fleet with a MIG-manager emulation).
+``KubernetesHook``) and :mod:`slicewise.simulator.cluster` (the simulated fleet with a MIG-manager emulation).
 Everything here is plain data; nothing in this module does I/O.
 """
 

@@ -24,7 +24,7 @@ def open_backend(settings: Settings) -> ClusterBackend:
     loads the simulator.
     """
     if settings.cluster_backend == "simulated":
-        from slicewise.cluster.simulated import SimulatedCluster
+        from slicewise.simulator.cluster import SimulatedCluster
 
         return SimulatedCluster.open(
             simulated_state_path(settings), reconfigure_s=settings.simulated_reconfigure_s

@@ -8,7 +8,10 @@
 - :func:`write_openmetrics` / :func:`create_blocks` (``backfill``, which also has ``backfill.backfill``
   doing both, overlapped): the same series as OpenMetrics history, turned into TSDB blocks by promtool;
 - :class:`Faults` (``faults``): bad data written into the backfill for tests;
-- ``cli``: ``slicewise simulate backfill|serve``.
+- ``cli``: ``slicewise simulate backfill|serve``;
+- :class:`SimulatedCluster` (``cluster``, ``cluster_state``, ``cluster_pods``, ``mig_manager``): the cluster
+  backend of the embedded default, implementing :mod:`slicewise.cluster.base` on a state file, with the GPU
+  Operator's MIG manager and device plugin emulated (``cluster.factory`` imports it lazily).
 
 pandas is imported only when a frame is built. ``backfill`` is deliberately not re-exported here: the name
 would shadow the submodule.

@@ -25,7 +25,7 @@ FAULT_KINDS = (
     "fail",
     "stuck",
     "none",
-)  # slicewise.cluster.mig_manager.FAULTS (not imported: keeps --help light)
+)  # slicewise.simulator.mig_manager.FAULTS (not imported: keeps --help light)
 
 
 def register(subparsers: Any) -> None:
@@ -194,8 +194,8 @@ def _block_until_interrupted() -> None:
 # -- simulate cluster -----------------------------------------------------------------------------------------
 def _cluster(args: argparse.Namespace, *, reset: bool = False) -> Any:
     from slicewise.cluster.factory import simulated_state_path
-    from slicewise.cluster.simulated import SimulatedCluster
     from slicewise.settings import load_settings
+    from slicewise.simulator.cluster import SimulatedCluster
 
     path = args.state if args.state is not None else simulated_state_path(load_settings())
     return SimulatedCluster.open(path, fleet=_fleet(args.config), reset=reset)

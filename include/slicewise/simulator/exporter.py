@@ -4,7 +4,7 @@ A ``prometheus_client`` custom collector computes every series at the current se
 sample timestamps, like the real exporters; Prometheus stamps the scrape). Values are the same functions of
 time as the backfill's, so history and live data join without a seam.
 
-Given the simulated cluster's state file (:mod:`slicewise.cluster.simulated`), the exporter serves the MIG
+Given the simulated cluster's state file (:mod:`slicewise.simulator.cluster`), the exporter serves the MIG
 layouts and MPS replicas the MIG-manager emulation has applied instead of the configured ones: a node's
 series change when its reconfiguration completes. Cordons and evictions do not show in the series: the load
 model is a function of time and layout only.
@@ -93,7 +93,7 @@ class _AppliedFleet:
 
     def at(self, now: float) -> Fleet:
         from slicewise.cluster.base import ClusterError
-        from slicewise.cluster.simulated import SimulatedCluster, file_key
+        from slicewise.simulator.cluster import SimulatedCluster, file_key
 
         with self._lock:
             try:
@@ -107,7 +107,7 @@ class _AppliedFleet:
             return self._fleet
 
     def _reload(self) -> None:
-        from slicewise.cluster.simulated import StateFile, applied_layouts, next_due
+        from slicewise.simulator.cluster import StateFile, applied_layouts, next_due
 
         state, key = StateFile(self.state_path).read()
         self._key = key

@@ -13,7 +13,6 @@ import pytest
 
 from slicewise.catalog import load_catalog
 from slicewise.cluster.base import ClusterBackend
-from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.planning.types import CHANGE, DesiredState, FleetPlan, NodePlan
 from slicewise.rollout.checks import Check, load_checks
 from slicewise.rollout.engine import Rollouts
@@ -21,6 +20,7 @@ from slicewise.rollout.ledger import Ledger
 from slicewise.rollout.measure import MeasureError
 from slicewise.rollout.procedure import Clock, Timing
 from slicewise.settings import load_settings
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet
 from tests.support.clock import WORKDAY_INSTANT, FakeClock
 

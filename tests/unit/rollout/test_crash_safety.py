@@ -12,10 +12,10 @@ import pytest
 
 from slicewise.catalog import load_catalog
 from slicewise.cluster.base import ClusterBackend, GpuNode, GpuPod
-from slicewise.cluster.simulated import SimulatedCluster
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.procedure import expected_allocatable
+from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet
 
 from .conftest import CHANGES, ENGINE, Harness, fleet_plan, healthy

@@ -1,7 +1,7 @@
 """The node-side GPU Operator of the simulated cluster: MIG manager, device plugin and GFD, as a state machine.
 
 Pure: every function takes one node's JSON-able state (:class:`NodeState`), the catalogue and a time, and
-changes the state in place; :mod:`slicewise.cluster.simulated` keeps the states in a file and calls
+changes the state in place; :mod:`slicewise.simulator.cluster` keeps the states in a file and calls
 :func:`advance` on every access, so time moves the emulation forward without a background thread.
 
 What is emulated follows shared/design/reference/gpu-operator-facts.md:

@@ -1,10 +1,10 @@
 """The ``simulated`` cluster backend: the simulated fleet as Kubernetes nodes and GPU pods, with a GPU Operator.
 
 Node labels, annotations, cordons, evictions and the MIG-manager / device-plugin emulation
-(:mod:`slicewise.cluster.mig_manager`) live in one JSON state file that several processes share
-(:mod:`slicewise.cluster.simulated_state`). The emulation is advanced on every access, at ``clock()``.
+(:mod:`slicewise.simulator.mig_manager`) live in one JSON state file that several processes share
+(:mod:`slicewise.simulator.cluster_state`). The emulation is advanced on every access, at ``clock()``.
 Pods are the load model's, computed at ``clock()`` on the applied layouts
-(:mod:`slicewise.cluster.simulated_pods`). This module answers as the API server would: node look-ups and
+(:mod:`slicewise.simulator.cluster_pods`). This module answers as the API server would: node look-ups and
 views, label and annotation patches, cordons, evictions.
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from slicewise.catalog import Catalog, load_catalog
-from slicewise.cluster import mig_manager
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
@@ -32,8 +31,8 @@ from slicewise.cluster.base import (
     LabelsChanged,
     NodeNotFound,
 )
-from slicewise.cluster.mig_manager import NodeState
-from slicewise.cluster.simulated_pods import (
+from slicewise.simulator import mig_manager
+from slicewise.simulator.cluster_pods import (
     SimulatedPod,
     eviction_memory_s,
     forget_evictions,
@@ -42,7 +41,7 @@ from slicewise.cluster.simulated_pods import (
     record_eviction,
     running_pods,
 )
-from slicewise.cluster.simulated_state import (
+from slicewise.simulator.cluster_state import (
     STATE_VERSION,
     AppliedLayouts,
     StateFile,
@@ -55,6 +54,7 @@ from slicewise.cluster.simulated_state import (
     next_due,
 )
 from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.mig_manager import NodeState
 
 # What moved to simulated_state / simulated_pods stays importable from here: the exporter and tests use it.
 __all__ = [

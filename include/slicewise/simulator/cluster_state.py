@@ -1,5 +1,5 @@
 """The simulated cluster's state file: one JSON document of every node's labels, cordon, evictions and GPU
-Operator emulation (:class:`slicewise.cluster.mig_manager.NodeState`), shared by several processes (Airflow
+Operator emulation (:class:`slicewise.simulator.mig_manager.NodeState`), shared by several processes (Airflow
 task processes, the exporter, the CLI).
 
 Every read-modify-write holds an exclusive ``flock`` on a sibling lock file and replaces the file atomically;
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from slicewise.catalog import Catalog, CatalogError
-from slicewise.cluster import mig_manager
 from slicewise.cluster.base import ClusterError
-from slicewise.cluster.mig_manager import NodeState
+from slicewise.simulator import mig_manager
 from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.mig_manager import NodeState
 
 T = TypeVar("T")
 STATE_VERSION = 1

@@ -16,13 +16,12 @@ import numpy as np
 
 from slicewise import schema
 from slicewise.catalog import resource_for_profile
-from slicewise.cluster import mig_manager
 from slicewise.cluster.base import EVICTABLE_ANNOTATION, EvictionBlocked, GpuPod
-from slicewise.cluster.mig_manager import NodeState
-from slicewise.simulator import noise
+from slicewise.simulator import mig_manager, noise
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import pod_names
 from slicewise.simulator.load import slot_load
+from slicewise.simulator.mig_manager import NodeState
 
 #: How long evictions are remembered when the fleet has no load classes.
 _DEFAULT_EVICTION_MEMORY_S = 86_400
