@@ -9,7 +9,8 @@ server's pid file and ``secrets.json``), signs a headless Chromium in with the U
   airflow-rollout-grid.png   the grid view of the newest ``gpu_partition_rollout`` run that rolled out
   airflow-gpu-fleet.png      the UI's "GPU fleet" entry (the Slicewise pages inside the UI) on its Fleet page
 
-Chromium gets a temporary profile and DevTools on 127.0.0.1, and is stopped by its pid when done.
+Chromium gets a temporary profile and DevTools on 127.0.0.1, and is stopped by its pid when done. The DevTools
+client is the browser test's (``tests/support/browser.py``): test tooling, not part of the runtime package.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pathlib import Path
 
 from slicewise.settings import slicewise_home
 from slicewise.stack.airflow_api import AirflowApi
-from slicewise.stack.browser import DevTools, access_token, airflow_login, blank_reason, chromium
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repository root for tests/
+from tests.support.browser import DevTools, access_token, airflow_login, blank_reason, chromium
 
 REPO = Path(__file__).resolve().parents[1]
 ROLLOUT_DAG = "gpu_partition_rollout"

@@ -1,7 +1,7 @@
 """The pages in a real browser: a real ``airflow api-server`` process loads the plugin, a real user logs in,
 and headless Chromium opens the pages with the session cookie the Airflow UI itself uses (``_token``).
 
-Chromium is driven over the DevTools protocol by ``slicewise.stack.browser`` (websocket-client): set the cookie,
+Chromium is driven over the DevTools protocol by ``tests.support.browser`` (websocket-client): set the cookie,
 navigate, read the DOM, take screenshots. Skipped when Chromium is not installed
 (``scripts/install-system-deps.sh`` installs Debian's ``chromium``; CI runs this test).
 """
@@ -22,10 +22,10 @@ import requests
 from slicewise.settings import load_settings
 from slicewise.stack import airflow as airflow_stack
 from slicewise.stack import processes
-from slicewise.stack.browser import DevTools, blank_reason, chromium, chromium_binary
 from slicewise.ui.sources import cluster_identity
 from tests.plugins import fleet_data
 from tests.plugins.conftest import make_home
+from tests.support.browser import DevTools, blank_reason, chromium, chromium_binary
 
 pytestmark = pytest.mark.integration
 

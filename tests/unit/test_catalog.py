@@ -1,6 +1,8 @@
 """The MIG/MPS catalogue (slicewise.catalog): layout validity, named configs, look-ups and resource maths.
 
-Facts: shared/design/reference/gpu-operator-facts.md §1.4-§1.7, §2, §3.
+Sources: NVIDIA's MIG User Guide, supported-mig-profiles.html; gpu-operator
+``assets/state-mig-manager/0400_configmap.yaml``; mig-parted ``pkg/mig/builder/balanced.go``; k8s-device-plugin
+``api/config/v1``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ MODELS = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "A30-24GB"]
 WITHOUT_MIG = ["T4-16GB", "V100-16GB", "V100-32GB", "P100-16GB", "A10-24GB"]
 SEVEN_SLICE = ["A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"]
 
-# facts §2.4: A100-40GB profile names -> the same geometry's names on the other 7-slice models.
+# MIG User Guide, supported-mig-profiles.html: A100-40GB profile names -> the same geometry's names on the
+# other 7-slice models.
 RENAME = {
     "A100-40GB": {},
     "A100-80GB": {"1g.5gb": "1g.10gb", "1g.10gb": "1g.20gb", "2g.10gb": "2g.20gb", "3g.20gb": "3g.40gb",
@@ -52,7 +55,7 @@ RENAME = {
                    "4g.20gb": "4g.71gb", "7g.40gb": "7g.141gb"},
 }  # fmt: skip
 
-# facts §2.4, verbatim: the maximal layouts in A100-40GB names, then the A30's.
+# MIG User Guide, supported-mig-profiles.html: the maximal layouts in A100-40GB names, then the A30's.
 MAXIMAL_A100_40GB = """
 7x1g.5gb | 1x1g.10gb + 6x1g.5gb | 2x1g.10gb + 4x1g.5gb
 3x1g.10gb + 2x1g.5gb | 4x1g.10gb | 1x2g.10gb + 5x1g.5gb
@@ -354,7 +357,10 @@ def test_given_a_layout_when_described_then_largest_instances_first() -> None:
     [
         ("NVIDIA-A100-SXM4-40GB", "A100-40GB"),
         ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "A100-40GB"),
-        ("A100-SXM4-40GB-MIG-1g.5gb-SHARED", "A100-40GB"),  # facts §3.3 example, no NVIDIA- prefix
+        (
+            "A100-SXM4-40GB-MIG-1g.5gb-SHARED",
+            "A100-40GB",
+        ),  # GFD's product label on an older version, no NVIDIA- prefix
         ("NVIDIA-A100-PCIE-40GB", "A100-40GB"),
         ("NVIDIA-A100-SXM4-80GB-MIG-INVALID", "A100-80GB"),
         ("NVIDIA-A100-80GB-PCIe", "A100-80GB"),
@@ -393,7 +399,7 @@ def test_given_each_model_when_listing_aliases_then_the_canonical_product_comes_
 def test_given_nvidias_default_names_when_derived_then_they_match_the_default_config(
     catalog: Catalog,
 ) -> None:
-    expected = {  # facts §1.5 table
+    expected = {  # gpu-operator assets/state-mig-manager/0400_configmap.yaml
         ("all-balanced", "A100-40GB"): {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
         ("all-balanced", "A100-80GB"): {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
         ("all-balanced", "H100-80GB"): {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},

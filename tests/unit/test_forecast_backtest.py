@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from slicewise.cli import main
 from slicewise.forecasting.backtest import panel_from_long, run_backtest
 from slicewise.forecasting.baselines import BASELINES
-from slicewise.forecasting.spec import MODELS_DIR, load_specs
+from slicewise.forecasting.spec import load_specs
+from tests.support.forecasting import T0, synthetic_csv, tiny_spec_file
 
-T0 = 1_764_410_400  # a Saturday 10:00 UTC
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
 METRICS = ("mae", "smape", "mase", "pinball_p50", "pinball_p90", "under_provision_rate_p90", "n")
 
@@ -103,32 +102,6 @@ def test_run_backtest_refuses_a_panel_too_short_for_any_window_before_loading_te
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------------
-
-
-def synthetic_csv(path: Path, hours: float = 36, n_series: int = 3) -> Path:
-    """Pods with a daily sine plus noise, sampled about every 60 s (jittered), in percent.
-
-    A day and a half, because ``seasonal_naive_24h`` only has a basis for held-out windows a day in.
-    """
-    rng = np.random.default_rng(7)
-    frames = []
-    for i in range(n_series):
-        n = int(hours * 60)
-        seconds = T0 + 60 * np.arange(n) + rng.uniform(0, 20, size=n)
-        phase = 2 * np.pi * (seconds % 86_400) / 86_400 + i
-        util = np.clip(50 + 30 * np.sin(phase) + rng.normal(0, 8, size=n), 0, 100)
-        frames.append(pd.DataFrame({"timestamp_anon": seconds, "value": util, "container_ip": f"10.0.0.{i}"}))
-    pd.concat(frames).to_csv(path, index=False)
-    return path
-
-
-def tiny_spec_file(path: Path) -> Path:
-    raw = yaml.safe_load((MODELS_DIR / "gpu_load_forecaster.yaml").read_text())
-    raw |= {"window_steps": 16, "min_observed_steps": 8}
-    raw["architecture"] |= {"lstm_units": 8, "dense_units": 8, "dropout": 0.0}
-    raw["training"] |= {"epochs_per_update": 2, "batch_size": 64, "time_budget_s": 10, "learning_rate": 0.01}
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def cli_args(csv: Path, *extra: str, fraction: str = "0.7") -> list[str]:

@@ -65,7 +65,7 @@ keras = pytest.importorskip("keras")
 def test_the_calibration_is_part_of_the_saved_model(tmp_path: Path) -> None:
     from slicewise.forecasting import model as model_module
     from slicewise.forecasting.windows import FEATURES
-    from tests.unit.test_forecast_model import tiny_spec
+    from tests.support.forecasting import tiny_spec
 
     spec = tiny_spec()
     model = model_module.build_model(spec)
@@ -94,7 +94,7 @@ def test_a_rolling_origin_backtest_updates_and_recalibrates_before_each_fold(tmp
 
     from slicewise.forecasting.backtest import panel_from_long, run_backtest
     from slicewise.forecasting.spec import parse_spec
-    from tests.unit.test_forecast_backtest import synthetic_csv, tiny_spec_file
+    from tests.support.forecasting import synthetic_csv, tiny_spec_file
 
     csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
     panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)

@@ -16,7 +16,7 @@ model_module = pytest.importorskip("slicewise.forecasting.model")
 
 
 def ensemble_spec(members: int = 3):  # type: ignore[no-untyped-def]
-    from tests.unit.test_forecast_model import tiny_spec
+    from tests.support.forecasting import tiny_spec
 
     spec = tiny_spec()
     return dataclasses.replace(spec, architecture=dataclasses.replace(spec.architecture, members=members))

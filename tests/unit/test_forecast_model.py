@@ -8,22 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicewise.forecasting.spec import Architecture, ForecasterSpec, load_specs
 from slicewise.forecasting.windows import FEATURES
+from tests.support.forecasting import tiny_spec
 
 keras = pytest.importorskip("keras")
 model_module = pytest.importorskip("slicewise.forecasting.model")
-
-
-def tiny_spec(kind: str = "lstm") -> ForecasterSpec:
-    base = load_specs()[0]
-    return dataclasses.replace(
-        base,
-        window_steps=8,
-        horizons_minutes=(15, 60),
-        architecture=Architecture(kind=kind, lstm_units=8, dense_units=8, dropout=0.0),
-        training=dataclasses.replace(base.training, learning_rate=0.02, batch_size=64),
-    )
 
 
 @pytest.mark.parametrize("kind", ["lstm", "lstm_attention"])

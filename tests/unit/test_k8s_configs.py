@@ -1,6 +1,6 @@
 """The generated Kubernetes files in include/k8s/: up to date, and in the formats mig-parted and the plugin accept.
 
-Format rules: shared/design/reference/gpu-operator-facts.md §1.6 (mig-parted ``spec.go``) and §3 (device plugin).
+Format rules: NVIDIA/mig-parted ``api/spec/v1/spec.go`` and NVIDIA/k8s-device-plugin ``api/config/v1/config.go``.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_given_a_folder_when_written_then_the_three_files_land_there(
     assert sorted(p.name for p in written) == sorted([DEVICE_PLUGIN_FILE, MIG_PARTED_FILE, SCHEDULER_FILE])
 
 
-# --- mig-parted format (facts §1.6) ---------------------------------------------------------------------------
+# --- mig-parted format (api/spec/v1/spec.go) -------------------------------------------------------------------
 
 
 def _models_selected(catalog: Catalog, entry: dict[str, Any]) -> list[str]:
@@ -212,7 +212,7 @@ def test_given_all_1g_10gb_when_rendered_then_40gb_and_80gb_cards_get_their_own_
     assert by_filter == {"0x20B010DE": {"1g.10gb": 4}, "0x233010DE": {"1g.10gb": 7}}
 
 
-# --- device-plugin format (facts §3) --------------------------------------------------------------------------
+# --- device-plugin format (api/config/v1) --------------------------------------------------------------------------
 
 
 def test_given_the_device_plugin_configs_when_checked_then_they_obey_the_sharing_rules(

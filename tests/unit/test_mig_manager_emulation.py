@@ -1,5 +1,5 @@
-"""The simulated cluster's MIG manager and device plugin, as gpu-operator-facts.md §1.2-§1.3 and §3.2-§3.4
-describe the real ones: what a label change does, when, and how it fails."""
+"""The simulated cluster's MIG manager and device plugin, as NVIDIA/mig-parted (``pkg/mig/reconfigure``) and the
+k8s-device-plugin's config handling describe the real ones: what a label change does, when, and how it fails."""
 
 from __future__ import annotations
 

@@ -231,7 +231,7 @@ def _checked(model: GpuModel, config: str, layout_: Layout) -> Layout:
 
 
 def _default_configs(models: Mapping[str, GpuModel], balanced: Mapping[Any, Any]) -> dict[str, MigConfig]:
-    """NVIDIA's names, derived per model as mig-parted's config builder does (facts §1.4/§1.5)."""
+    """NVIDIA's names, derived per model as mig-parted's config builder does (pkg/mig/builder/balanced.go)."""
     configs = {
         ALL_DISABLED: MigConfig(ALL_DISABLED, {m: None for m in models}, "MIG disabled: whole GPUs"),
         ALL_ENABLED: MigConfig(

@@ -3,10 +3,10 @@
 A layout is a multiset of GPU-instance profiles on one GPU. It is valid when every profile exists on the model,
 no profile exceeds its maximum count, at most one ``+me`` instance is present, the compute slices add up to at
 most the GPU's, and the instances can be placed on the memory-slot axis without overlap, each at one of its
-profile's start slots (facts §2.2-§2.4). The placement search is the rule; the sum checks only give clearer
-messages. (With the placements NVIDIA ships for the five models, every layout that passes the sums also places,
-e.g. ``3x 2g + 1g(2 mem)`` as 2g at slots 0, 2, 4 and the 1g at 6; a model whose placements are tighter would
-not, and the search catches that.)
+profile's start slots (MIG User Guide, supported-mig-profiles.html). The placement search is the rule; the sum
+checks only give clearer messages. (With the placements NVIDIA ships for the five models, every layout that
+passes the sums also places, e.g. ``3x 2g + 1g(2 mem)`` as 2g at slots 0, 2, 4 and the 1g at 6; a model whose
+placements are tighter would not, and the search catches that.)
 """
 
 from __future__ import annotations

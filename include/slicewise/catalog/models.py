@@ -17,7 +17,8 @@ from slicewise.errors import PermanentError
 PROFILE_PATTERN = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 MEDIA_SUFFIX = "+me"
 
-#: k8s-device-plugin: MPS allows 48 clients per GPU from compute capability 7.5 on, 16 below (facts §3.1).
+#: k8s-device-plugin (api/config/v1/sharing.go): MPS allows 48 clients per GPU from compute capability 7.5 on,
+#: 16 below.
 MPS_MAX_REPLICAS = 48
 MPS_MAX_REPLICAS_PRE_VOLTA = 16
 _MPS_FULL_CAPABILITY = (7, 5)

@@ -23,7 +23,7 @@ GPU_SHARE_ANNOTATION = schema.GPU_SHARE_ANNOTATION
 #: When Slicewise last changed the node's layout (ISO 8601, UTC): the dwell-time guard reads it.
 LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
 
-# GPU Operator / GPU Feature Discovery labels (shared/design/reference/gpu-operator-facts.md §1, §3).
+# GPU Operator / GPU Feature Discovery labels (NVIDIA GPU Operator MIG docs; k8s-device-plugin GFD).
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"

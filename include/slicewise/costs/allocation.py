@@ -2,10 +2,11 @@
 
 One row per (hour, node, GPU model, sharing kind, resource, namespace, pod, container) of the sample table
 (:mod:`slicewise.costs.samples`). Column names follow OpenCost's allocation API where they mean the same thing
-(facts §6.4: ``name``, ``window``, ``start``, ``end``, ``minutes``, ``gpuCount``, ``gpuRequestAverage``,
-``gpuUsageAverage``, ``gpuHours``, ``gpuCost``, ``gpuCostIdle``, ``gpuEfficiency``), so the two can be joined;
-the rest are Slicewise's. Per row, always: ``gpuHours = usedGpuHours + idleGpuHours + unmeasuredGpuHours``.
-Capacity nobody requested is its own row named ``__idle__``.
+(opencost ``pkg/costmodel/aggregation.go``: ``name``, ``window``, ``start``, ``end``, ``minutes``, ``gpuCount``,
+``gpuRequestAverage``, ``gpuUsageAverage``, ``gpuHours``, ``gpuCost``, ``gpuCostIdle``, ``gpuEfficiency``), so
+the two can be joined; the rest are Slicewise's. Per row, always:
+``gpuHours = usedGpuHours + idleGpuHours + unmeasuredGpuHours``. Capacity nobody requested is its own row named
+``__idle__``.
 """
 
 from __future__ import annotations

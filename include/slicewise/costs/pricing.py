@@ -19,7 +19,7 @@ import yaml
 from slicewise.errors import PermanentError
 
 PRICES_FILE = "prices.yaml"
-#: OpenCost's default GPU price, $ per GPU-hour (configs/default.json; facts §6.2).
+#: OpenCost's default GPU price, $ per GPU-hour (opencost/opencost configs/default.json).
 OPENCOST_DEFAULT = 0.95
 
 

@@ -2,7 +2,7 @@
 
 A *measurement* is one query answer judged by a check's conditions; a *metric* is the sequence of
 measurements of one (check, node) pair; a wave's *verdict* is the worst metric outcome. The rules follow Argo
-Rollouts' code (``utils/evaluate/evaluate.go``, ``analysis/analysis.go``; facts §5):
+Rollouts' code (``utils/evaluate/evaluate.go``, ``analysis/analysis.go``):
 
 - measurement: only a success condition -> Failed unless it holds; only a failure condition -> Successful
   unless it holds; both -> Failed if the failure holds, else Successful if the success holds, else

@@ -3,7 +3,7 @@
 Both the live exporter and the OpenMetrics backfill render :class:`FamilySamples` built here, so the two can
 only differ in transport, never in names, labels or values.
 
-dcgm-exporter (facts §4): label order ``gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID],
+dcgm-exporter (NVIDIA/dcgm-exporter): label order ``gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID],
 Hostname, [container, namespace, pod]``; MIG labels only on MIG instances; pod labels only when the exporter can
 attribute the device to a pod; ``DCGM_FI_DEV_GPU_UTIL`` is not exported for MIG instances; power and PCIe are
 per physical GPU (one series, no MIG labels, no pod labels on a MIG GPU).

@@ -4,7 +4,8 @@ Pure: every function takes one node's JSON-able state (:class:`NodeState`), the 
 changes the state in place; :mod:`slicewise.simulator.cluster` keeps the states in a file and calls
 :func:`advance` on every access, so time moves the emulation forward without a background thread.
 
-What is emulated follows shared/design/reference/gpu-operator-facts.md:
+What is emulated follows NVIDIA/mig-parted ``pkg/mig/reconfigure/reconfigure.go`` and the GPU Operator's MIG
+docs (docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html):
 
 - MIG manager (§1.2): it reacts only to a *change* of ``nvidia.com/mig.config``, ``pickup_s`` after it first
   sees it (0 by default; a real one is woken by a node watch), its state label still the previous one meanwhile.
@@ -40,7 +41,7 @@ from slicewise.cluster.base import (
 ALL_DISABLED = "all-disabled"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
 PAUSED = "paused-for-mig-change"
-#: Operand labels the MIG manager pauses while it reconfigures (facts §1.1, reconfigure.go L42-47).
+#: Operand labels the MIG manager pauses while it reconfigures (mig-parted reconfigure.go L42-47).
 OPERAND_LABELS = (
     "nvidia.com/gpu.deploy.device-plugin",
     "nvidia.com/gpu.deploy.gpu-feature-discovery",
@@ -53,7 +54,7 @@ MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-#: GFD's product suffix on a node whose GPUs are shared (renameByDefault=false, facts §3.3).
+#: GFD's product suffix on a node whose GPUs are shared (renameByDefault=false; k8s-device-plugin GFD).
 SHARED_SUFFIX = "-SHARED"
 FAULTS = ("none", "fail", "stuck")
 

@@ -11,8 +11,9 @@ import pandas as pd
 
 from slicewise import schema
 from slicewise.catalog import load_catalog
+from slicewise.cluster.base import GpuNode
 from slicewise.costs.pricing import Price, PriceTable
-from slicewise.costs.sharing import LayoutHistory
+from slicewise.costs.sharing import LabelEvent, LayoutHistory, observed_events
 
 HOUR = datetime(2026, 11, 24, 10, tzinfo=UTC)
 NAN = float("nan")
@@ -124,3 +125,35 @@ def one(rows: pd.DataFrame, **match: Any) -> pd.Series:
     found = rows[mask]
     assert len(found) == 1, f"{len(found)} rows match {match}:\n{rows}"
     return found.iloc[0]
+
+
+def gpu_node(name: str, device_plugin_config: str, labels: dict[str, str] | None = None) -> GpuNode:
+    return GpuNode(
+        name=name,
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+        gpu_count=1,
+        mig_config="all-disabled",
+        mig_config_state="success",
+        device_plugin_config=device_plugin_config,
+        allocatable={"nvidia.com/gpu": 4},
+        unschedulable=False,
+        labels=labels or {},
+    )
+
+
+def observed_at(
+    at: datetime, node: str, device_plugin_config: str, labels: dict[str, str] | None = None
+) -> list[LabelEvent]:
+    """What a plans/<run>/observed.json made at ``at`` says about one node."""
+    return observed_events(at, [gpu_node(node, device_plugin_config, labels)])
+
+
+def balanced_a100() -> pd.DataFrame:
+    """One A100-80GB split 2x1g.10gb + 1x2g.20gb + 1x3g.40gb; three tenants, one 1g slice idle."""
+    node, model = "node-a", A100_80
+    return gpu_frame(
+        series(node, 0, model, profile="3g.40gb", instance="1", namespace="team-a", pod="a", engine=0.5),
+        series(node, 0, model, profile="2g.20gb", instance="2", namespace="team-b", pod="b", engine=0.25),
+        series(node, 0, model, profile="1g.10gb", instance="3", namespace="team-c", pod="c", engine=1.0),
+        series(node, 0, model, profile="1g.10gb", instance="4"),
+    )

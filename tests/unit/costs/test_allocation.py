@@ -21,13 +21,14 @@ from tests.unit.costs.frames import (
     NAN,
     NO_HISTORY,
     PRICES,
+    balanced_a100,
     demand_frame,
     gpu_frame,
+    observed_at,
     one,
     requests,
     series,
 )
-from tests.unit.costs.test_sharing import observed_at
 
 
 def allocate(
@@ -46,17 +47,6 @@ def reconciles(rows: pd.DataFrame) -> None:
     total = rows["usedGpuHours"] + rows["idleGpuHours"] + rows["unmeasuredGpuHours"]
     np.testing.assert_allclose(rows["gpuHours"], total, atol=1e-9)
     np.testing.assert_allclose(rows["gpuCost"], rows["gpuHours"] * rows["price_per_gpu_hour"], atol=1e-9)
-
-
-def balanced_a100() -> pd.DataFrame:
-    """One A100-80GB split 2x1g.10gb + 1x2g.20gb + 1x3g.40gb; three tenants, one 1g slice idle."""
-    node, model = "node-a", A100_80
-    return gpu_frame(
-        series(node, 0, model, profile="3g.40gb", instance="1", namespace="team-a", pod="a", engine=0.5),
-        series(node, 0, model, profile="2g.20gb", instance="2", namespace="team-b", pod="b", engine=0.25),
-        series(node, 0, model, profile="1g.10gb", instance="3", namespace="team-c", pod="c", engine=1.0),
-        series(node, 0, model, profile="1g.10gb", instance="4"),
-    )
 
 
 def test_a_mig_split_charges_each_tenant_its_compute_share_and_the_idle_slice_is_unallocated() -> None:

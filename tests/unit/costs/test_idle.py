@@ -32,10 +32,10 @@ from tests.unit.costs.frames import (
     PRICES,
     demand_frame,
     gpu_frame,
+    observed_at,
     requests,
     series,
 )
-from tests.unit.costs.test_sharing import observed_at
 
 THRESHOLDS = IdleThresholds(
     low_engine=0.2, memory_bound_dram=0.5, input_bound_pcie_rx=1e9, share_util=0.3, share_min_fraction=0.8

@@ -18,10 +18,10 @@ from tests.unit.costs.frames import (
     PRICES,
     demand_frame,
     gpu_frame,
+    observed_at,
     one,
     series,
 )
-from tests.unit.costs.test_sharing import observed_at
 
 TABLE = PriceTable(pools={"spot": 1.5}, models={"H100-80GB": Price(6.88, "AWS p5")})
 

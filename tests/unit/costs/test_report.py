@@ -22,13 +22,13 @@ from tests.unit.costs.frames import (
     H100,
     HOUR,
     PRICES,
+    balanced_a100,
     demand_frame,
     gpu_frame,
+    observed_at,
     requests,
     series,
 )
-from tests.unit.costs.test_allocation import balanced_a100
-from tests.unit.costs.test_sharing import observed_at
 
 SUMMARY_KEYS = {
     "date", "window", "currency", "default_price_per_gpu_hour", "totals", "namespaces", "savings",

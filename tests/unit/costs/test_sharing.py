@@ -2,42 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL, GpuNode
+from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL
 from slicewise.costs.sharing import (
     DEFAULT,
     DEMAND,
     LEDGER,
     OBSERVED,
-    LabelEvent,
     LayoutHistory,
     ledger_event,
     mps_replicas,
-    observed_events,
 )
-from tests.unit.costs.frames import CATALOG, HOUR
-
-
-def gpu_node(name: str, device_plugin_config: str, labels: dict[str, str] | None = None) -> GpuNode:
-    return GpuNode(
-        name=name,
-        gpu_product="NVIDIA-H100-80GB-HBM3",
-        gpu_count=1,
-        mig_config="all-disabled",
-        mig_config_state="success",
-        device_plugin_config=device_plugin_config,
-        allocatable={"nvidia.com/gpu": 4},
-        unschedulable=False,
-        labels=labels or {},
-    )
-
-
-def observed_at(
-    at: datetime, node: str, device_plugin_config: str, labels: dict[str, str] | None = None
-) -> list[LabelEvent]:
-    """What a plans/<run>/observed.json made at ``at`` says about one node."""
-    return observed_events(at, [gpu_node(node, device_plugin_config, labels)])
+from tests.unit.costs.frames import CATALOG, HOUR, observed_at
 
 
 def test_the_newest_snapshot_at_or_before_the_moment_wins_and_nothing_is_known_before_the_first() -> None:

@@ -12,7 +12,7 @@ from slicewise.costs import sources
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
 from slicewise.planning.types import Forecasts, NodeObservation
 from slicewise.rollout.ledger import DONE, PROMOTED, RESTORED, ROLLED_BACK, ROLLING_BACK, Ledger
-from tests.unit.costs.test_sharing import gpu_node
+from tests.unit.costs.frames import gpu_node
 
 DAY = datetime(2026, 11, 24, tzinfo=UTC)
 

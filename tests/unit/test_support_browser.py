@@ -1,4 +1,4 @@
-"""slicewise.stack.browser without a browser: finding the running demo's Airflow login, telling a rendered
+"""tests.support.browser without a browser: finding the running demo's Airflow login, telling a rendered
 screenshot from a blank one. (Chromium itself is driven in tests/plugins/test_browser.py.)"""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from PIL import Image
 
 from slicewise.stack import airflow as airflow_stack
 from slicewise.stack import processes
-from slicewise.stack.browser import Login, airflow_login, blank_reason
+from tests.support.browser import Login, airflow_login, blank_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
