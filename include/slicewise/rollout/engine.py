@@ -22,7 +22,7 @@ from slicewise.rollout import analysis
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.checks import Check
 from slicewise.rollout.ledger import Ledger
-from slicewise.rollout.measure import PrometheusMeasurer, take_baseline, take_measurement
+from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.procedure import Clock, Procedure, Timing
 from slicewise.rollout.waves import batches, order_changes, plan_waves
 
@@ -157,7 +157,7 @@ def analyse_wave(
     ctx: Rollouts,
     rollout_id: int | None,
     index: int,
-    measurer: PrometheusMeasurer,
+    measurer: Measurer,
     checks: Sequence[Check],
     *,
     bake_s: float,

@@ -10,7 +10,7 @@ import ast
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slicewise.rollout.analysis import Measurement, Outcome, measure
 from slicewise.rollout.checks import Check, render
@@ -25,8 +25,17 @@ class MeasureError(RuntimeError):
     """A query gave no usable number: Prometheus error, unreachable, timeout, or more than one element."""
 
 
+class Measurer(Protocol):
+    """What the analysis measures with: one instant query, one number (the seam tests fill with a stand-in)."""
+
+    def instant(self, query: str, at: datetime | None = None) -> float | None:
+        """The value of ``query`` at ``at``; None for no data; MeasureError when no usable answer came."""
+        ...
+
+
 class PrometheusMeasurer:
-    """Instant queries against one Prometheus, built like the ingest reader's client (auth, TLS, headers)."""
+    """The one real :class:`Measurer`: instant queries against one Prometheus, built like the ingest reader's
+    client (auth, TLS, headers)."""
 
     def __init__(self, endpoint: PrometheusEndpoint, timeout_s: float = 30) -> None:
         self.endpoint = endpoint
@@ -99,7 +108,7 @@ def _one_number(result: Any) -> float | None:
 
 
 def take_baseline(
-    measurer: PrometheusMeasurer, check: Check, node: str, window_s: float, at: datetime
+    measurer: Measurer, check: Check, node: str, window_s: float, at: datetime
 ) -> float | MeasureError | None:
     """The baseline of ``check`` for ``node`` at ``at`` (the change's start), or the error that prevented it.
 
@@ -116,7 +125,7 @@ def take_baseline(
 
 
 def take_measurement(
-    measurer: PrometheusMeasurer,
+    measurer: Measurer,
     check: Check,
     node: str,
     window_s: float,

@@ -114,7 +114,7 @@ def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[
                 c,
                 rollout_id,
                 i,
-                harness.prometheus,  # type: ignore[arg-type]
+                harness.prometheus,
                 harness.checks,
                 bake_s=60,
             ),

@@ -19,7 +19,7 @@ def run_all(ctx: Rollouts, h: Harness, plan_nodes: list[str] | None = None) -> t
     rollout_id = started["rollout_id"]
     for index in range(6):
         engine.apply_wave(ctx, rollout_id, index)
-        engine.analyse_wave(ctx, rollout_id, index, h.prometheus, h.checks, bake_s=60)  # type: ignore[arg-type]
+        engine.analyse_wave(ctx, rollout_id, index, h.prometheus, h.checks, bake_s=60)
     engine.finish(ctx, rollout_id)
     engine.rollback(ctx, rollout_id)
     return rollout_id, ctx.ledger.rollout(rollout_id).status if rollout_id else None
@@ -108,7 +108,7 @@ def test_analysis_outcomes_decide_the_rollout(harness: Harness, answer: Any, exp
     started = engine.start(ctx, fleet_plan(["sim-a100-80-0", "sim-h200-0"]), "plan.json")
     rollout_id = started["rollout_id"]
     engine.apply_wave(ctx, rollout_id, 0)
-    result = engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    result = engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     assert harness.ledger.rollout(rollout_id).status == expected, result
     assert harness.ledger.measurements(rollout_id, 0), "every measurement is in the ledger"
     if expected != ledger_mod.PAUSED:
@@ -124,14 +124,14 @@ def test_a_person_approves_or_rejects_an_inconclusive_wave(harness: Harness) -> 
     ctx = harness.rollouts()
     rollout_id = engine.start(ctx, fleet_plan(["sim-a100-80-0", "sim-h200-0"]), "plan.json")["rollout_id"]
     engine.apply_wave(ctx, rollout_id, 0)
-    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     assert engine.is_paused(ctx, rollout_id)
     assert engine.answer_pause(ctx, rollout_id, True, "alice") == ledger_mod.RUNNING
     harness.prometheus.answer = lambda q, before: (
         float("nan") if ENGINE in q and not before else 0.5 if ENGINE in q else None
     )
     engine.apply_wave(ctx, rollout_id, 1)
-    engine.analyse_wave(ctx, rollout_id, 1, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.analyse_wave(ctx, rollout_id, 1, harness.prometheus, harness.checks, bake_s=60)
     assert engine.answer_pause(ctx, rollout_id, False, "bob") == ledger_mod.ROLLING_BACK
     engine.rollback(ctx, rollout_id)
     assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
@@ -171,7 +171,7 @@ def test_an_approved_wave_counts_as_passed_and_the_rollout_is_promoted(harness: 
     ctx = harness.rollouts(shares=(1.0,))
     rollout_id = engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["rollout_id"]
     engine.apply_wave(ctx, rollout_id, 0)
-    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     engine.answer_pause(ctx, rollout_id, True, "alice")
     assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
     assert harness.ledger.waves(rollout_id)[0].status == ledger_mod.WAVE_PASSED
@@ -192,7 +192,7 @@ def test_a_consolidation_drains_the_node_and_leaves_its_configuration_as_it_was(
     rollout_id = started["rollout_id"]
     assert rollout_id is not None and started["waves"] == [["sim-h100-1"]]
     engine.apply_wave(ctx, rollout_id, 0)
-    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     engine.finish(ctx, rollout_id)
     assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
     assert harness.labels("sim-h100-1") == before

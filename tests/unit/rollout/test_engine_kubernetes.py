@@ -44,7 +44,7 @@ def run_one(h: Harness, cluster: Any, nodes: list[str]) -> int:
     assert rollout_id is not None
     for index in range(3):
         engine.apply_wave(ctx, rollout_id, index)
-        engine.analyse_wave(ctx, rollout_id, index, h.prometheus, h.checks, bake_s=60)  # type: ignore[arg-type]
+        engine.analyse_wave(ctx, rollout_id, index, h.prometheus, h.checks, bake_s=60)
     engine.finish(ctx, rollout_id)
     engine.rollback(ctx, rollout_id)
     return int(rollout_id)

@@ -71,7 +71,7 @@ def test_a_task_killed_after_writing_labels_resumes_without_writing_them_twice(h
     ctx = harness.rollouts(backend=retry)
     assert engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["action"] == "resumed"
     engine.apply_wave(ctx, rollout_id, 0)
-    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)  # type: ignore[arg-type]
+    engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
     assert retry.label_writes == 0  # the labels written before the kill were not written again
     assert harness.labels("sim-a100-80-0") == ("all-3g.40gb", "default")
