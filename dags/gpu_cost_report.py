@@ -82,7 +82,7 @@ def gpu_cost_report() -> None:
     ) -> str:
         from slicewise.connections import task_settings
         from slicewise.costs import run, window
-        from slicewise.rollout.ledger_url import ledger_url
+        from slicewise.rollout.ledger.url import ledger_url
 
         settings = task_settings(params)
         rollout_event = bool((triggering_asset_events or {}).get(ROLLOUT, []))

@@ -25,7 +25,7 @@ def lines(settings: Settings, tracking_uri: str, rollout_run: str | None = None)
 def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
     from slicewise.planning import storage
     from slicewise.rollout.ledger import Ledger
-    from slicewise.rollout.ledger_url import ledger_url
+    from slicewise.rollout.ledger.url import ledger_url
 
     root = store.storage_path(settings.storage_root)
     latest = root / "plans" / storage.LATEST

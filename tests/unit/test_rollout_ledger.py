@@ -26,8 +26,8 @@ from sqlalchemy.engine import make_url
 
 from slicewise.rollout import ledger as L
 from slicewise.rollout.ledger import Ledger, LedgerError
-from slicewise.rollout.ledger_tables import Base
-from slicewise.rollout.ledger_url import ledger_url, url_from_connection
+from slicewise.rollout.ledger.tables import Base
+from slicewise.rollout.ledger.url import ledger_url, url_from_connection
 from slicewise.settings import load_settings
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

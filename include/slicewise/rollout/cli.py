@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from slicewise.connections import task_settings
     from slicewise.errors import PermanentError
     from slicewise.rollout.engine import RolloutBusy
-    from slicewise.rollout.ledger_db import LedgerError
+    from slicewise.rollout.ledger.db import LedgerError
 
     try:
         settings = task_settings()
@@ -135,8 +135,8 @@ def _settle(ctx: Any, settings: Any, rollout_id: int) -> int:
 def _acting_as(settings: Any, rollout: int | None) -> tuple[Any, Any]:
     """A rollout context acting as the run that started ``rollout`` (default: the unfinished one)."""
     from slicewise.rollout.ledger import Ledger
-    from slicewise.rollout.ledger_db import LedgerError
-    from slicewise.rollout.ledger_url import ledger_url
+    from slicewise.rollout.ledger.db import LedgerError
+    from slicewise.rollout.ledger.url import ledger_url
     from slicewise.rollout.wiring import cluster_identity, rollouts
 
     with Ledger.open(ledger_url(settings)) as ledger:
@@ -192,8 +192,8 @@ def _abort(settings: Any, args: argparse.Namespace) -> int:
 
 def _status(settings: Any, args: argparse.Namespace) -> int:
     from slicewise.rollout.ledger import Ledger, Rollout
-    from slicewise.rollout.ledger_db import LedgerError
-    from slicewise.rollout.ledger_url import ledger_url
+    from slicewise.rollout.ledger.db import LedgerError
+    from slicewise.rollout.ledger.url import ledger_url
     from slicewise.rollout.wiring import cluster_identity
 
     cluster = cluster_identity(settings)

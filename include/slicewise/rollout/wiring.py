@@ -44,7 +44,7 @@ def rollouts(
     outright (``slicewise rollout``: its own runs, or acting as the run that started a rollout)."""
     from slicewise.cluster.factory import open_backend
     from slicewise.rollout.ledger import Ledger
-    from slicewise.rollout.ledger_url import ledger_url
+    from slicewise.rollout.ledger.url import ledger_url
 
     return Rollouts(
         backend=open_backend(settings),

@@ -275,7 +275,7 @@ def _ledger(settings: Settings) -> Iterator[Ledger]:
     from sqlalchemy.engine import make_url
 
     from slicewise.rollout.ledger import Ledger
-    from slicewise.rollout.ledger_url import ledger_url
+    from slicewise.rollout.ledger.url import ledger_url
 
     url = ledger_url(settings)
     parsed = make_url(url)

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, event, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from slicewise.rollout.ledger_tables import UNFINISHED, Base, NodeRow, RolloutRow
+from slicewise.rollout.ledger.tables import UNFINISHED, Base, NodeRow, RolloutRow
 
 #: How long a SQLite writer waits for another process's write lock before giving up.
 BUSY_TIMEOUT_S = 30.0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL, make_url
 
-from slicewise.rollout.ledger_db import LedgerError
+from slicewise.rollout.ledger.db import LedgerError
 from slicewise.settings import slicewise_home
 
 if TYPE_CHECKING:

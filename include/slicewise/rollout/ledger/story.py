@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from slicewise.rollout.ledger_tables import EventRecord, MeasurementRecord, NodeRecord, Rollout, Wave
+from slicewise.rollout.ledger.tables import EventRecord, MeasurementRecord, NodeRecord, Rollout, Wave
 
 
 def render_story(

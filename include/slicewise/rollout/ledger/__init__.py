@@ -9,6 +9,10 @@ begin ``IMMEDIATE`` so concurrent writers queue instead of failing on a lock upg
 ``psycopg2`` (production installs it). Open one :class:`Ledger` per process (an engine does not survive a
 fork). Database errors other than those named here propagate as SQLAlchemy errors (``OperationalError``:
 the database is unreachable or stayed locked past the timeout; retrying the task is right).
+
+The package: this module (the :class:`Ledger` and the status names), ``tables`` (the SQLAlchemy schema and the
+statuses), ``db`` (engine, rows, validation), ``story`` (a rollout told as lines) and ``url`` (which database,
+from the settings and the Airflow Connection).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from slicewise.rollout.ledger_db import (
+from slicewise.rollout.ledger.db import (
     WRITE_OPTION,
     LedgerError,
     check_plan,
@@ -34,8 +38,8 @@ from slicewise.rollout.ledger_db import (
     unfinished,
     utc,
 )
-from slicewise.rollout.ledger_story import render_story
-from slicewise.rollout.ledger_tables import (
+from slicewise.rollout.ledger.story import render_story
+from slicewise.rollout.ledger.tables import (
     ABORTED,
     ANALYSING,
     APPLYING,
