@@ -19,7 +19,7 @@ import pytest
 from slicewise import store
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
 from slicewise.planning.types import Forecasts, NodeObservation, SeriesForecast
-from slicewise.rollout.ledger import DONE, PROMOTED, RESTORED, ROLLED_BACK, ROLLING_BACK, Ledger
+from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus
 from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import gpu_samples
@@ -79,8 +79,10 @@ def _ledger(path: Path) -> None:
         ledger.record_snapshot(
             kept.id, "sim-a100-40-0", {"labels": {"nvidia.com/mig.config": "all-1g.5gb"}}, CHANGE_AT
         )
-        ledger.update_node(kept.id, "sim-a100-40-0", status=DONE, now=CHANGE_AT)
-        ledger.set_rollout_status(kept.id, PROMOTED, "every wave passed", CHANGE_AT + timedelta(minutes=10))
+        ledger.update_node(kept.id, "sim-a100-40-0", status=NodeStatus.DONE, now=CHANGE_AT)
+        ledger.set_rollout_status(
+            kept.id, RolloutStatus.PROMOTED, "every wave passed", CHANGE_AT + timedelta(minutes=10)
+        )
         undone = ledger.start_rollout(
             "simulated:test",
             "scheduled__2026-11-24T02:15:00+00:00",
@@ -93,12 +95,16 @@ def _ledger(path: Path) -> None:
         ledger.record_snapshot(
             undone.id, "sim-h100-0", {"labels": {"nvidia.com/device-plugin.config": None}}, at
         )
-        ledger.update_node(undone.id, "sim-h100-0", status=DONE, now=at)
+        ledger.update_node(undone.id, "sim-h100-0", status=NodeStatus.DONE, now=at)
         ledger.set_rollout_status(
-            undone.id, ROLLING_BACK, "utilisation-drop failed", at + timedelta(minutes=5)
+            undone.id, RolloutStatus.ROLLING_BACK, "utilisation-drop failed", at + timedelta(minutes=5)
         )
-        ledger.update_node(undone.id, "sim-h100-0", status=RESTORED, now=at + timedelta(minutes=10))
-        ledger.set_rollout_status(undone.id, ROLLED_BACK, "restored", at + timedelta(minutes=12))
+        ledger.update_node(
+            undone.id, "sim-h100-0", status=NodeStatus.RESTORED, now=at + timedelta(minutes=10)
+        )
+        ledger.set_rollout_status(
+            undone.id, RolloutStatus.ROLLED_BACK, "restored", at + timedelta(minutes=12)
+        )
 
 
 @pytest.fixture

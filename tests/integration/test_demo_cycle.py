@@ -56,13 +56,13 @@ def test_make_demo_runs_the_whole_loop_and_stop_stops_it(tmp_path: Path) -> None
         # (More forecaster versions may start more rollouts after the demo returns; dwell time keeps them off
         # the nodes the first one changed.)
         with Ledger.open(f"sqlite:///{home / 'ledger.db'}") as ledger:
-            promoted = [r for r in ledger.recent_rollouts() if r.status == ledger_mod.PROMOTED]
+            promoted = [r for r in ledger.recent_rollouts() if r.status == ledger_mod.RolloutStatus.PROMOTED]
             assert promoted, [ledger.story(r.id) for r in ledger.recent_rollouts()]
             rollout = promoted[-1]  # the oldest: the demo's cycle
             cluster = SimulatedCluster.open(home / "cluster" / "state.json")
             for record in ledger.nodes(rollout.id):
                 node = cluster.get_node(record.node)
-                assert record.status == ledger_mod.DONE
+                assert record.status == ledger_mod.NodeStatus.DONE
                 for label, value in record.desired.items():
                     assert node.labels.get(label) == value, (record.node, label)
                 assert not node.unschedulable
@@ -80,7 +80,7 @@ def test_make_demo_runs_the_whole_loop_and_stop_stops_it(tmp_path: Path) -> None
             inside = [
                 r
                 for promoted_rollout in ledger.recent_rollouts()
-                if promoted_rollout.status == ledger_mod.PROMOTED
+                if promoted_rollout.status == ledger_mod.RolloutStatus.PROMOTED
                 for r in ledger.nodes(promoted_rollout.id)
                 if r.changed_at is not None and start <= r.changed_at < end
             ]

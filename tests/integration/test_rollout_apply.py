@@ -114,8 +114,8 @@ def test_apply_mode_promotes_the_waves_and_the_nodes_end_as_planned(live_fleet: 
     assert not any(entry["cordoned"] for entry in labels.values())
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
-        assert rollout.status == ledger_mod.PROMOTED
-        assert {r.status for r in ledger.nodes(rollout.id)} == {ledger_mod.DONE}
+        assert rollout.status == ledger_mod.RolloutStatus.PROMOTED
+        assert {r.status for r in ledger.nodes(rollout.id)} == {ledger_mod.NodeStatus.DONE}
         assert ledger.measurements(rollout.id), "the analysis measured against the live Prometheus"
         assert all(m.outcome == "Successful" for m in ledger.measurements(rollout.id))
     assert states["wave_0.apply"] == "success" and states["finish"] == "success"
@@ -142,9 +142,12 @@ def test_a_failing_check_rolls_every_node_back_and_the_run_fails(
     assert _labels(live_fleet) == before
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
-        assert rollout.status == ledger_mod.ROLLED_BACK
+        assert rollout.status == ledger_mod.RolloutStatus.ROLLED_BACK
         assert "team-slo" in rollout.reason
-        assert {r.status for r in ledger.nodes(rollout.id)} <= {ledger_mod.RESTORED, ledger_mod.PENDING}
+        assert {r.status for r in ledger.nodes(rollout.id)} <= {
+            ledger_mod.NodeStatus.RESTORED,
+            ledger_mod.NodeStatus.PENDING,
+        }
 
 
 #: A check that can only be Inconclusive: its answer meets neither condition.
@@ -170,7 +173,7 @@ def test_an_inconclusive_wave_waits_for_a_person_who_approves(
     assert result["wave_0.approved"] == "success" and result["wave_0.rejected"] == "skipped"
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
-        assert rollout.status == ledger_mod.PROMOTED
+        assert rollout.status == ledger_mod.RolloutStatus.PROMOTED
         events = " ".join(e.message for e in ledger.events(rollout.id))
         assert "approved" in events
 
@@ -192,7 +195,7 @@ def test_nobody_answering_an_inconclusive_wave_rolls_back(
     assert _labels(live_fleet) == before
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
-        assert rollout.status == ledger_mod.ROLLED_BACK
+        assert rollout.status == ledger_mod.RolloutStatus.ROLLED_BACK
 
 
 # -- slicewise rollout: one rollout by hand, black box ----------------------------------------------------------
@@ -276,7 +279,7 @@ def test_a_rollout_killed_mid_wave_is_resumed_by_hand(live_fleet: LiveFleet) -> 
     assert _by_hand_labels(live_fleet) == {name: (after, False) for name, (_, after) in BY_HAND.items()}
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
-        assert rollout.status == ledger_mod.PROMOTED and "resumes" in ledger.story(rollout.id)
+        assert rollout.status == ledger_mod.RolloutStatus.PROMOTED and "resumes" in ledger.story(rollout.id)
 
 
 def test_a_paused_rollout_is_aborted_by_hand_and_every_node_goes_back(

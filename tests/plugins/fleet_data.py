@@ -225,26 +225,32 @@ def write_ledger(url: str, cluster: str) -> LedgerRollouts:
         )
         ledger.record_snapshot(first.id, CHANGED_NODE, {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}, t0)
         ledger.update_node(
-            first.id, CHANGED_NODE, step="verified", status=L.DONE, now=t0 + timedelta(minutes=4)
+            first.id, CHANGED_NODE, step="verified", status=L.NodeStatus.DONE, now=t0 + timedelta(minutes=4)
         )
         ledger.add_measurement(
             first.id, 0, "gpu-utilisation", CHANGED_NODE, "Successful", 0.71, "", t0 + timedelta(minutes=10)
         )
-        ledger.set_wave_status(first.id, 0, L.WAVE_PASSED, t0 + timedelta(minutes=11))
-        ledger.set_rollout_status(first.id, L.PROMOTED, "every wave passed", t0 + timedelta(minutes=11))
+        ledger.set_wave_status(first.id, 0, L.WaveStatus.PASSED, t0 + timedelta(minutes=11))
+        ledger.set_rollout_status(
+            first.id, L.RolloutStatus.PROMOTED, "every wave passed", t0 + timedelta(minutes=11)
+        )
 
         t1 = NOW - timedelta(hours=2)
         desired_h100 = {"sim-h100-0": {MIG_CONFIG_LABEL: "all-1g.10gb"}}
         second = ledger.start_rollout(
             cluster, "gpu_partition_rollout/run-2", "/plans/run-2", [["sim-h100-0"]], desired_h100, t1
         )
-        ledger.update_node(second.id, "sim-h100-0", status=L.FAILED, detail="mig.config.state failed", now=t1)
+        ledger.update_node(
+            second.id, "sim-h100-0", status=L.NodeStatus.FAILED, detail="mig.config.state failed", now=t1
+        )
         ledger.add_measurement(
             second.id, 0, "pending-gpu-requests", "", "Failed", float("nan"), "no data", t1
         )
-        ledger.set_rollout_status(second.id, L.ROLLING_BACK, "canary failed", t1 + timedelta(minutes=1))
         ledger.set_rollout_status(
-            second.id, L.ROLLED_BACK, "restored the snapshot", t1 + timedelta(minutes=3)
+            second.id, L.RolloutStatus.ROLLING_BACK, "canary failed", t1 + timedelta(minutes=1)
+        )
+        ledger.set_rollout_status(
+            second.id, L.RolloutStatus.ROLLED_BACK, "restored the snapshot", t1 + timedelta(minutes=3)
         )
     return LedgerRollouts(first.id, second.id)
 

@@ -76,19 +76,19 @@ def start(ledger: Ledger, cluster: str = CLUSTER, at: datetime = T0) -> L.Rollou
 def test_start_rollout_records_waves_and_nodes(ledger: Ledger) -> None:
     rollout = start(ledger)
 
-    assert (rollout.cluster, rollout.status, rollout.created_at) == (CLUSTER, L.RUNNING, T0)
+    assert (rollout.cluster, rollout.status, rollout.created_at) == (CLUSTER, L.RolloutStatus.RUNNING, T0)
     assert ledger.rollout(rollout.id) == rollout
     assert [(w.index, w.nodes, w.status) for w in ledger.waves(rollout.id)] == [
-        (0, ("gpu-0",), L.PENDING),
-        (1, ("gpu-1", "gpu-2"), L.PENDING),
-        (2, ("gpu-3",), L.PENDING),
+        (0, ("gpu-0",), L.WaveStatus.PENDING),
+        (1, ("gpu-1", "gpu-2"), L.WaveStatus.PENDING),
+        (2, ("gpu-3",), L.WaveStatus.PENDING),
     ]
     nodes = ledger.nodes(rollout.id)
     assert [(n.node, n.wave, n.status, n.snapshot, n.step) for n in nodes] == [
-        ("gpu-0", 0, L.PENDING, None, ""),
-        ("gpu-1", 1, L.PENDING, None, ""),
-        ("gpu-2", 1, L.PENDING, None, ""),
-        ("gpu-3", 2, L.PENDING, None, ""),
+        ("gpu-0", 0, L.NodeStatus.PENDING, None, ""),
+        ("gpu-1", 1, L.NodeStatus.PENDING, None, ""),
+        ("gpu-2", 1, L.NodeStatus.PENDING, None, ""),
+        ("gpu-3", 2, L.NodeStatus.PENDING, None, ""),
     ]
     assert ledger.node(rollout.id, "gpu-1").desired == {MIG: "all-balanced", PLUGIN: None}
     assert [n.node for n in ledger.nodes(rollout.id, wave=1)] == ["gpu-1", "gpu-2"]
@@ -113,7 +113,7 @@ def test_start_rollout_is_one_transaction(ledger: Ledger, monkeypatch: pytest.Mo
 
     assert ledger.unfinished_rollout(CLUSTER) is None
     assert ledger.recent_rollouts() == []
-    assert start(ledger).status == L.RUNNING  # nothing half-written is in the way
+    assert start(ledger).status == L.RolloutStatus.RUNNING  # nothing half-written is in the way
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_start_rollout_refuses_inconsistent_plans(
     assert ledger.recent_rollouts() == []
 
 
-@pytest.mark.parametrize("unfinished", [[], [L.PAUSED], [L.ROLLING_BACK]])
+@pytest.mark.parametrize("unfinished", [[], [L.RolloutStatus.PAUSED], [L.RolloutStatus.ROLLING_BACK]])
 def test_second_start_refused_while_unfinished(ledger: Ledger, unfinished: list[str]) -> None:
     first = start(ledger)
     for status in unfinished:
@@ -142,11 +142,16 @@ def test_second_start_refused_while_unfinished(ledger: Ledger, unfinished: list[
 
     with pytest.raises(LedgerError, match=f"unfinished rollout #{first.id}"):
         start(ledger)
-    assert start(ledger, cluster=L.cluster_key("simulated", "fleet-b")).status == L.RUNNING
+    assert start(ledger, cluster=L.cluster_key("simulated", "fleet-b")).status == L.RolloutStatus.RUNNING
 
 
 @pytest.mark.parametrize(
-    "path", [[L.PROMOTED], [L.ROLLING_BACK, L.ROLLED_BACK], [L.PAUSED, L.ROLLING_BACK, L.FAILED]]
+    "path",
+    [
+        [L.RolloutStatus.PROMOTED],
+        [L.RolloutStatus.ROLLING_BACK, L.RolloutStatus.ROLLED_BACK],
+        [L.RolloutStatus.PAUSED, L.RolloutStatus.ROLLING_BACK, L.RolloutStatus.FAILED],
+    ],
 )
 def test_start_allowed_after_a_terminal_status(ledger: Ledger, path: list[str]) -> None:
     first = start(ledger)
@@ -166,10 +171,10 @@ def test_start_allowed_after_a_terminal_status(ledger: Ledger, path: list[str]) 
 def test_legal_transitions_are_recorded_with_reasons(ledger: Ledger) -> None:
     rollout = start(ledger)
     steps = [
-        (L.PAUSED, "canary inconclusive"),
-        (L.RUNNING, "approved by alice"),
-        (L.ROLLING_BACK, "wave 1 failed"),
-        (L.ROLLED_BACK, "all restored"),
+        (L.RolloutStatus.PAUSED, "canary inconclusive"),
+        (L.RolloutStatus.RUNNING, "approved by alice"),
+        (L.RolloutStatus.ROLLING_BACK, "wave 1 failed"),
+        (L.RolloutStatus.ROLLED_BACK, "all restored"),
     ]
     for i, (status, reason) in enumerate(steps, start=1):
         updated = ledger.set_rollout_status(rollout.id, status, reason, T0 + timedelta(minutes=i))
@@ -188,15 +193,15 @@ def test_legal_transitions_are_recorded_with_reasons(ledger: Ledger) -> None:
 @pytest.mark.parametrize(
     ("path", "illegal"),
     [
-        ([L.PROMOTED], L.RUNNING),
-        ([L.PROMOTED], L.ROLLING_BACK),
-        ([L.ROLLING_BACK, L.ROLLED_BACK], L.ROLLING_BACK),
-        ([L.ROLLING_BACK, L.FAILED], L.RUNNING),
-        ([], L.ROLLED_BACK),
-        ([], L.FAILED),
-        ([L.PAUSED], L.PROMOTED),
-        ([L.ROLLING_BACK], L.RUNNING),
-        ([L.ROLLING_BACK], L.PAUSED),
+        ([L.RolloutStatus.PROMOTED], L.RolloutStatus.RUNNING),
+        ([L.RolloutStatus.PROMOTED], L.RolloutStatus.ROLLING_BACK),
+        ([L.RolloutStatus.ROLLING_BACK, L.RolloutStatus.ROLLED_BACK], L.RolloutStatus.ROLLING_BACK),
+        ([L.RolloutStatus.ROLLING_BACK, L.RolloutStatus.FAILED], L.RolloutStatus.RUNNING),
+        ([], L.RolloutStatus.ROLLED_BACK),
+        ([], L.RolloutStatus.FAILED),
+        ([L.RolloutStatus.PAUSED], L.RolloutStatus.PROMOTED),
+        ([L.RolloutStatus.ROLLING_BACK], L.RolloutStatus.RUNNING),
+        ([L.RolloutStatus.ROLLING_BACK], L.RolloutStatus.PAUSED),
     ],
 )
 def test_illegal_transitions_are_refused(ledger: Ledger, path: list[str], illegal: str) -> None:
@@ -212,11 +217,13 @@ def test_illegal_transitions_are_refused(ledger: Ledger, path: list[str], illega
 
 def test_repeating_a_status_is_idempotent(ledger: Ledger) -> None:
     rollout = start(ledger)
-    assert ledger.set_rollout_status(rollout.id, L.RUNNING, "resumed after a crash", T0).reason == (
-        "resumed after a crash"
+    assert ledger.set_rollout_status(
+        rollout.id, L.RolloutStatus.RUNNING, "resumed after a crash", T0
+    ).reason == ("resumed after a crash")
+    promoted = ledger.set_rollout_status(rollout.id, L.RolloutStatus.PROMOTED, "all waves passed", T0)
+    again = ledger.set_rollout_status(
+        rollout.id, L.RolloutStatus.PROMOTED, "retried task", T0 + timedelta(minutes=5)
     )
-    promoted = ledger.set_rollout_status(rollout.id, L.PROMOTED, "all waves passed", T0)
-    again = ledger.set_rollout_status(rollout.id, L.PROMOTED, "retried task", T0 + timedelta(minutes=5))
     assert again == promoted
 
 
@@ -227,7 +234,7 @@ def test_unknown_rollout_and_status_are_refused(ledger: Ledger) -> None:
     with pytest.raises(LedgerError, match="no rollout #999"):
         ledger.rollout(999)
     with pytest.raises(LedgerError, match="naive datetime"):
-        ledger.set_rollout_status(rollout.id, L.PAUSED, "x", datetime(2025, 3, 1, 12, 0))
+        ledger.set_rollout_status(rollout.id, L.RolloutStatus.PAUSED, "x", datetime(2025, 3, 1, 12, 0))
 
 
 def test_times_come_back_as_utc(ledger: Ledger) -> None:
@@ -242,15 +249,19 @@ def test_times_come_back_as_utc(ledger: Ledger) -> None:
 
 def test_wave_status(ledger: Ledger) -> None:
     rollout = start(ledger)
-    ledger.set_wave_status(rollout.id, 0, L.APPLYING, T0)
-    ledger.set_wave_status(rollout.id, 0, L.ANALYSING, T0 + timedelta(minutes=1))
+    ledger.set_wave_status(rollout.id, 0, L.WaveStatus.APPLYING, T0)
+    ledger.set_wave_status(rollout.id, 0, L.WaveStatus.ANALYSING, T0 + timedelta(minutes=1))
 
-    assert [w.status for w in ledger.waves(rollout.id)] == [L.ANALYSING, L.PENDING, L.PENDING]
+    assert [w.status for w in ledger.waves(rollout.id)] == [
+        L.WaveStatus.ANALYSING,
+        L.WaveStatus.PENDING,
+        L.WaveStatus.PENDING,
+    ]
     assert "wave status APPLYING -> ANALYSING" in [e.message for e in ledger.events(rollout.id)]
     with pytest.raises(LedgerError, match="no wave 7"):
-        ledger.set_wave_status(rollout.id, 7, L.PASSED, T0)
+        ledger.set_wave_status(rollout.id, 7, L.WaveStatus.PASSED, T0)
     with pytest.raises(LedgerError, match="unknown wave status"):
-        ledger.set_wave_status(rollout.id, 0, L.DONE, T0)
+        ledger.set_wave_status(rollout.id, 0, L.NodeStatus.DONE, T0)
 
 
 def test_first_snapshot_wins(ledger: Ledger) -> None:
@@ -275,19 +286,19 @@ def test_update_node_changes_only_given_fields(ledger: Ledger) -> None:
     t1, t2 = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
 
     first = ledger.update_node(
-        rollout.id, "gpu-1", step="cordoned", status=L.IN_PROGRESS, cordoned_by_us=True, now=t1
+        rollout.id, "gpu-1", step="cordoned", status=L.NodeStatus.IN_PROGRESS, cordoned_by_us=True, now=t1
     )
     second = ledger.update_node(rollout.id, "gpu-1", detail="waiting for the MIG manager", now=t2)
 
     assert (first.step, first.status, first.cordoned_by_us, first.updated_at) == (
         "cordoned",
-        L.IN_PROGRESS,
+        L.NodeStatus.IN_PROGRESS,
         True,
         t1,
     )
     assert (second.step, second.status, second.cordoned_by_us, second.detail, second.updated_at) == (
         "cordoned",
-        L.IN_PROGRESS,
+        L.NodeStatus.IN_PROGRESS,
         True,
         "waiting for the MIG manager",
         t2,
@@ -295,7 +306,7 @@ def test_update_node_changes_only_given_fields(ledger: Ledger) -> None:
     assert second.changed_at is None
     assert ledger.node(rollout.id, "gpu-1") == second
     with pytest.raises(LedgerError, match="unknown node status"):
-        ledger.update_node(rollout.id, "gpu-1", status=L.PASSED, now=t2)
+        ledger.update_node(rollout.id, "gpu-1", status=L.WaveStatus.PASSED, now=t2)
     with pytest.raises(LedgerError, match="has no node"):
         ledger.update_node(rollout.id, "gpu-7", step="x", now=t2)
 
@@ -303,23 +314,25 @@ def test_update_node_changes_only_given_fields(ledger: Ledger) -> None:
 def test_last_change_counts_done_and_restored(ledger: Ledger) -> None:
     assert ledger.last_change("gpu-0") is None
     first = start(ledger)
-    ledger.update_node(first.id, "gpu-0", status=L.IN_PROGRESS, now=T0)
+    ledger.update_node(first.id, "gpu-0", status=L.NodeStatus.IN_PROGRESS, now=T0)
     assert ledger.last_change("gpu-0") is None
 
-    ledger.update_node(first.id, "gpu-0", status=L.DONE, now=T0 + timedelta(minutes=5))
+    ledger.update_node(first.id, "gpu-0", status=L.NodeStatus.DONE, now=T0 + timedelta(minutes=5))
     ledger.update_node(first.id, "gpu-0", detail="noted later", now=T0 + timedelta(minutes=30))
     assert ledger.last_change("gpu-0") == T0 + timedelta(minutes=5)
 
-    ledger.update_node(first.id, "gpu-0", status=L.RESTORING, now=T0 + timedelta(minutes=40))
+    ledger.update_node(first.id, "gpu-0", status=L.NodeStatus.RESTORING, now=T0 + timedelta(minutes=40))
     assert ledger.last_change("gpu-0") == T0 + timedelta(minutes=5)  # still changed, whatever comes next
-    ledger.update_node(first.id, "gpu-0", status=L.RESTORED, now=T0 + timedelta(minutes=45))
-    ledger.set_rollout_status(first.id, L.ROLLING_BACK, "wave failed", T0 + timedelta(minutes=40))
-    ledger.set_rollout_status(first.id, L.ROLLED_BACK, "restored", T0 + timedelta(minutes=46))
+    ledger.update_node(first.id, "gpu-0", status=L.NodeStatus.RESTORED, now=T0 + timedelta(minutes=45))
+    ledger.set_rollout_status(
+        first.id, L.RolloutStatus.ROLLING_BACK, "wave failed", T0 + timedelta(minutes=40)
+    )
+    ledger.set_rollout_status(first.id, L.RolloutStatus.ROLLED_BACK, "restored", T0 + timedelta(minutes=46))
     assert ledger.last_change("gpu-0") == T0 + timedelta(minutes=45)
 
     other = L.cluster_key("simulated", "fleet-b")
     second = start(ledger, cluster=other, at=T0 + timedelta(hours=2))
-    ledger.update_node(second.id, "gpu-0", status=L.DONE, now=T0 + timedelta(hours=3))
+    ledger.update_node(second.id, "gpu-0", status=L.NodeStatus.DONE, now=T0 + timedelta(hours=3))
     assert ledger.last_change("gpu-0") == T0 + timedelta(hours=3)
     assert ledger.last_change("gpu-0", cluster=CLUSTER) == T0 + timedelta(minutes=45)
     assert ledger.last_change("gpu-1") is None
@@ -356,15 +369,19 @@ def test_measurements_keep_nan_none_and_infinity(ledger: Ledger) -> None:
 def test_events_and_story_tell_the_rollout(ledger: Ledger) -> None:
     rollout = start(ledger)
     ledger.record_snapshot(rollout.id, "gpu-0", {"labels": {MIG: "all-disabled", PLUGIN: None}}, T0)
-    ledger.update_node(rollout.id, "gpu-0", step="verified", status=L.DONE, now=T0 + timedelta(minutes=4))
+    ledger.update_node(
+        rollout.id, "gpu-0", step="verified", status=L.NodeStatus.DONE, now=T0 + timedelta(minutes=4)
+    )
     ledger.record_snapshot(rollout.id, "gpu-1", {MIG: "all-7g.80gb", PLUGIN: "default"}, T0)
     ledger.update_node(
-        rollout.id, "gpu-1", step="cordoned", status=L.IN_PROGRESS, cordoned_by_us=True, now=T0
+        rollout.id, "gpu-1", step="cordoned", status=L.NodeStatus.IN_PROGRESS, cordoned_by_us=True, now=T0
     )
     ledger.add_event(rollout.id, "cordoned gpu-1 to drain its pods", T0, node="gpu-1", wave=1)
-    ledger.set_wave_status(rollout.id, 0, L.PASSED, T0 + timedelta(minutes=10))
+    ledger.set_wave_status(rollout.id, 0, L.WaveStatus.PASSED, T0 + timedelta(minutes=10))
     ledger.add_measurement(rollout.id, 0, "gpu_util", "gpu-0", "Inconclusive", math.nan, "no samples", T0)
-    ledger.set_rollout_status(rollout.id, L.PAUSED, "canary inconclusive", T0 + timedelta(minutes=11))
+    ledger.set_rollout_status(
+        rollout.id, L.RolloutStatus.PAUSED, "canary inconclusive", T0 + timedelta(minutes=11)
+    )
 
     events = ledger.events(rollout.id)
     assert events[0].message.startswith("rollout started")
@@ -436,7 +453,7 @@ def test_two_ledgers_on_one_database_see_each_others_writes(db_url: str) -> None
     with Ledger.open(db_url) as one, Ledger.open(db_url) as two:
         rollout = start(one)
         assert two.unfinished_rollout(CLUSTER) == rollout
-        two.update_node(rollout.id, "gpu-0", step="snapshot", status=L.IN_PROGRESS, now=T0)
+        two.update_node(rollout.id, "gpu-0", step="snapshot", status=L.NodeStatus.IN_PROGRESS, now=T0)
         assert one.node(rollout.id, "gpu-0").step == "snapshot"
         assert one.acquire_lock(CLUSTER, "run-a", 60, T0)
         assert not two.acquire_lock(CLUSTER, "run-b", 60, T0)

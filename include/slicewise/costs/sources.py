@@ -153,21 +153,21 @@ def ledger_activity(
 ) -> tuple[list[AppliedChange], RolloutCounts]:
     """Changes applied and kept up to ``end`` (nodes DONE in PROMOTED rollouts), and the period's counts:
     changes applied in ``[start, end)``, rollouts rolled back or failed in it."""
-    from slicewise.rollout.ledger import DONE, FAILED, PROMOTED, ROLLED_BACK
+    from slicewise.rollout.ledger import NodeStatus, RolloutStatus
 
     changes: list[AppliedChange] = []
     rolled_back: list[int] = []
     failed = 0
     for rollout in ledger.recent_rollouts(limit=LEDGER_ROLLOUTS):
         in_period = start <= rollout.updated_at < end
-        if rollout.status == ROLLED_BACK and in_period:
+        if rollout.status == RolloutStatus.ROLLED_BACK and in_period:
             rolled_back.append(rollout.id)
-        elif rollout.status == FAILED and in_period:
+        elif rollout.status == RolloutStatus.FAILED and in_period:
             failed += 1
-        if rollout.status != PROMOTED:
+        if rollout.status != RolloutStatus.PROMOTED:
             continue
         for node in ledger.nodes(rollout.id):
-            if node.status != DONE or node.changed_at is None or node.changed_at >= end:
+            if node.status != NodeStatus.DONE or node.changed_at is None or node.changed_at >= end:
                 continue
             snapshot = node.snapshot or {}
             before = snapshot.get("labels", {}) if isinstance(snapshot.get("labels"), dict) else {}

@@ -94,14 +94,14 @@ def _drive(ctx: Any, settings: Any, rollout_id: int) -> int:
     """Every wave not yet passed: apply, analyse; stop when paused; then promote or roll back."""
     from slicewise.connections import prometheus_endpoint
     from slicewise.rollout import engine
-    from slicewise.rollout import ledger as ledger_mod
     from slicewise.rollout.checks import load_checks
+    from slicewise.rollout.ledger import WaveStatus
     from slicewise.rollout.measure import PrometheusMeasurer
 
     measurer = PrometheusMeasurer(prometheus_endpoint(settings.prometheus_conn_id), settings.query_timeout_s)
     checks = load_checks(settings)
     for wave in ctx.ledger.waves(rollout_id):
-        if wave.status == ledger_mod.WAVE_PASSED or engine.is_skipped_wave(ctx, rollout_id, wave.index):
+        if wave.status == WaveStatus.PASSED or engine.is_skipped_wave(ctx, rollout_id, wave.index):
             continue
         applied = engine.apply_wave(ctx, rollout_id, wave.index)
         print(f"wave {wave.index}: {applied.get('nodes', {})}")
@@ -164,28 +164,28 @@ def _resume(settings: Any, args: argparse.Namespace) -> int:
     started = engine.start(ctx, empty, found.plan_path)
     if started["rollout_id"] != found.id:
         raise ledger_mod.LedgerError(f"rollout {found.id} is not the cluster's unfinished rollout")
-    if ctx.ledger.rollout(found.id).status == ledger_mod.PAUSED:
+    if ctx.ledger.rollout(found.id).status == ledger_mod.RolloutStatus.PAUSED:
         if not args.approve:
             print(f"rollout {found.id} is paused: --approve to continue, or slicewise rollout abort")
             return EXIT_PAUSED
         engine.answer_pause(ctx, found.id, True, "an operator (slicewise rollout resume --approve)")
-    if ctx.ledger.rollout(found.id).status == ledger_mod.ROLLING_BACK:
+    if ctx.ledger.rollout(found.id).status == ledger_mod.RolloutStatus.ROLLING_BACK:
         return _settle(ctx, settings, found.id)
     return _drive(ctx, settings, found.id)
 
 
 def _abort(settings: Any, args: argparse.Namespace) -> int:
-    from slicewise.rollout import ledger as ledger_mod
     from slicewise.rollout.engine import RolloutBusy
+    from slicewise.rollout.ledger import RolloutStatus
 
     ctx, found = _acting_as(settings, args.rollout)
     now = ctx.clock.now()
     if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
         holder = ctx.ledger.lock_holder(ctx.cluster, now)
         raise RolloutBusy(f"cluster {ctx.cluster} is locked by {holder}: stop that run first")
-    if found.status != ledger_mod.ROLLING_BACK:
+    if found.status != RolloutStatus.ROLLING_BACK:
         ctx.ledger.set_rollout_status(
-            found.id, ledger_mod.ROLLING_BACK, "aborted by an operator (slicewise rollout abort)", now
+            found.id, RolloutStatus.ROLLING_BACK, "aborted by an operator (slicewise rollout abort)", now
         )
     return _settle(ctx, settings, found.id)
 

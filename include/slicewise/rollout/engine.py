@@ -19,9 +19,8 @@ from slicewise.catalog import Catalog
 from slicewise.cluster.base import ClusterBackend
 from slicewise.planning.types import CHANGE, FleetPlan
 from slicewise.rollout import analysis
-from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.checks import Check
-from slicewise.rollout.ledger import Ledger
+from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.procedure import Clock, Procedure, Timing
 from slicewise.rollout.waves import batches, order_changes, plan_waves
@@ -79,10 +78,10 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
         )
         return {"rollout_id": unfinished.id, "action": "resumed", "waves": _wave_nodes(ctx, unfinished.id)}
     if unfinished is not None:
-        if unfinished.status != ledger_mod.ROLLING_BACK:
+        if unfinished.status != RolloutStatus.ROLLING_BACK:
             ctx.ledger.set_rollout_status(
                 unfinished.id,
-                ledger_mod.ROLLING_BACK,
+                RolloutStatus.ROLLING_BACK,
                 f"left unfinished by run {unfinished.run_id}; found by run {ctx.run_id}: rolling back",
                 now,
             )
@@ -115,7 +114,7 @@ def _running(ctx: Rollouts, rollout_id: int | None, index: int) -> list[str] | N
         return None
     rollout = ctx.ledger.rollout(rollout_id)
     waves = ctx.ledger.waves(rollout_id)
-    if rollout.status != ledger_mod.RUNNING or index >= len(waves):
+    if rollout.status != RolloutStatus.RUNNING or index >= len(waves):
         return None
     return list(waves[index].nodes)
 
@@ -126,24 +125,24 @@ def apply_wave(ctx: Rollouts, rollout_id: int | None, index: int) -> dict[str, A
     nodes = _running(ctx, rollout_id, index)
     if nodes is None or rollout_id is None:
         return {"wave": index, "skipped": True}
-    ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_APPLYING, ctx.clock.now())
+    ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.APPLYING, ctx.clock.now())
     procedure = ctx.procedure(rollout_id)
     outcome: dict[str, str] = {}
     for batch in batches(nodes, ctx.max_in_flight):
         outcome.update(procedure.apply(batch))
-        if ledger_mod.FAILED in outcome.values():
+        if NodeStatus.FAILED in outcome.values():
             break  # no further batch once one node failed: the rollout is going back
-    failed = sorted(n for n, status in outcome.items() if status == ledger_mod.FAILED)
+    failed = sorted(n for n, status in outcome.items() if status == NodeStatus.FAILED)
     if failed:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_FAILED, ctx.clock.now())
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.FAILED, ctx.clock.now())
         ctx.ledger.set_rollout_status(
             rollout_id,
-            ledger_mod.ROLLING_BACK,
+            RolloutStatus.ROLLING_BACK,
             f"wave {index}: change failed on {', '.join(failed)}",
             ctx.clock.now(),
         )
     else:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_ANALYSING, ctx.clock.now())
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.ANALYSING, ctx.clock.now())
     for node in nodes:
         record = ctx.ledger.node(rollout_id, node)
         before = (record.snapshot or {}).get("labels")
@@ -168,9 +167,9 @@ def analyse_wave(
     nodes = _running(ctx, rollout_id, index)
     if nodes is None or rollout_id is None:
         return {"wave": index, "skipped": True}
-    changed = [n for n in nodes if ctx.ledger.node(rollout_id, n).status == ledger_mod.DONE]
+    changed = [n for n in nodes if ctx.ledger.node(rollout_id, n).status == NodeStatus.DONE]
     if not changed:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_PASSED, ctx.clock.now())
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.PASSED, ctx.clock.now())
         ctx.event(rollout_id, f"wave {index}: no node changed (all aborted): nothing to analyse", index)
         return {"wave": index, "skipped": False, "outcome": analysis.Outcome.SUCCESSFUL.value, "reasons": []}
     ctx.event(rollout_id, f"wave {index}: baking {bake_s:g} s before analysis", index)
@@ -270,32 +269,37 @@ def _settle(ctx: Rollouts, rollout_id: int, index: int, result: analysis.Verdict
     why = "; ".join(result.reasons) or "every check successful"
     log.info("wave %d decision: %s (%s)", index, result.outcome.value, why)
     if result.outcome == analysis.Outcome.SUCCESSFUL:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_PASSED, now)
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.PASSED, now)
         ctx.event(rollout_id, f"wave {index}: analysis Successful", index)
     elif result.outcome == analysis.Outcome.INCONCLUSIVE:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_INCONCLUSIVE, now)
-        ctx.ledger.set_rollout_status(rollout_id, ledger_mod.PAUSED, f"wave {index} inconclusive: {why}", now)
-    else:
-        ctx.ledger.set_wave_status(rollout_id, index, ledger_mod.WAVE_FAILED, now)
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.INCONCLUSIVE, now)
         ctx.ledger.set_rollout_status(
-            rollout_id, ledger_mod.ROLLING_BACK, f"wave {index} analysis {result.outcome.value}: {why}", now
+            rollout_id, RolloutStatus.PAUSED, f"wave {index} inconclusive: {why}", now
+        )
+    else:
+        ctx.ledger.set_wave_status(rollout_id, index, WaveStatus.FAILED, now)
+        ctx.ledger.set_rollout_status(
+            rollout_id,
+            RolloutStatus.ROLLING_BACK,
+            f"wave {index} analysis {result.outcome.value}: {why}",
+            now,
         )
 
 
 def is_paused(ctx: Rollouts, rollout_id: int | None) -> bool:
-    return rollout_id is not None and ctx.ledger.rollout(rollout_id).status == ledger_mod.PAUSED
+    return rollout_id is not None and ctx.ledger.rollout(rollout_id).status == RolloutStatus.PAUSED
 
 
 def answer_pause(ctx: Rollouts, rollout_id: int, approved: bool, who: str) -> str:
     """A person's answer to an Inconclusive wave: continue, or roll back (also the answer on timeout)."""
-    status = ledger_mod.RUNNING if approved else ledger_mod.ROLLING_BACK
+    status = RolloutStatus.RUNNING if approved else RolloutStatus.ROLLING_BACK
     verb = "approved: continuing" if approved else "rejected (or timed out): rolling back"
-    if ctx.ledger.rollout(rollout_id).status == ledger_mod.PAUSED:
+    if ctx.ledger.rollout(rollout_id).status == RolloutStatus.PAUSED:
         now = ctx.clock.now()
         if approved:  # the person's approval is the wave's verdict
             for wave in ctx.ledger.waves(rollout_id):
-                if wave.status == ledger_mod.WAVE_INCONCLUSIVE:
-                    ctx.ledger.set_wave_status(rollout_id, wave.index, ledger_mod.WAVE_PASSED, now)
+                if wave.status == WaveStatus.INCONCLUSIVE:
+                    ctx.ledger.set_wave_status(rollout_id, wave.index, WaveStatus.PASSED, now)
         ctx.ledger.set_rollout_status(rollout_id, status, f"{who} {verb}", now)
     return status
 
@@ -306,10 +310,10 @@ def finish(ctx: Rollouts, rollout_id: int | None) -> str | None:
     if rollout_id is None:
         return None
     rollout = ctx.ledger.rollout(rollout_id)
-    passed = all(w.status == ledger_mod.WAVE_PASSED for w in ctx.ledger.waves(rollout_id))
-    if rollout.status == ledger_mod.RUNNING and passed:
+    passed = all(w.status == WaveStatus.PASSED for w in ctx.ledger.waves(rollout_id))
+    if rollout.status == RolloutStatus.RUNNING and passed:
         ctx.ledger.set_rollout_status(
-            rollout_id, ledger_mod.PROMOTED, "every wave analysed Successful", ctx.clock.now()
+            rollout_id, RolloutStatus.PROMOTED, "every wave analysed Successful", ctx.clock.now()
         )
         ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
     return ctx.ledger.rollout(rollout_id).status
@@ -322,17 +326,20 @@ def rollback(ctx: Rollouts, rollout_id: int | None) -> dict[str, Any]:
     if rollout_id is None:
         return {"rolled_back": False}
     rollout = ctx.ledger.rollout(rollout_id)
-    if rollout.status in (ledger_mod.RUNNING, ledger_mod.PAUSED):
+    if rollout.status in (RolloutStatus.RUNNING, RolloutStatus.PAUSED):
         ctx.ledger.set_rollout_status(
-            rollout_id, ledger_mod.ROLLING_BACK, "the run ended before the rollout finished", ctx.clock.now()
+            rollout_id,
+            RolloutStatus.ROLLING_BACK,
+            "the run ended before the rollout finished",
+            ctx.clock.now(),
         )
         rollout = ctx.ledger.rollout(rollout_id)
-    if rollout.status != ledger_mod.ROLLING_BACK:
+    if rollout.status != RolloutStatus.ROLLING_BACK:
         return {"rolled_back": False, "status": rollout.status}
     order = [node for wave in reversed(ctx.ledger.waves(rollout_id)) for node in reversed(list(wave.nodes))]
     outcome = ctx.procedure(rollout_id).restore(order)
-    failed = sorted(n for n, status in outcome.items() if status == ledger_mod.RESTORE_FAILED)
-    final = ledger_mod.FAILED_ROLLOUT if failed else ledger_mod.ROLLED_BACK
+    failed = sorted(n for n, status in outcome.items() if status == NodeStatus.RESTORE_FAILED)
+    final = RolloutStatus.FAILED if failed else RolloutStatus.ROLLED_BACK
     ending = (
         f"restore failed on {', '.join(failed)}: a person must look"
         if failed
@@ -359,12 +366,13 @@ def report(ctx: Rollouts, rollout_id: int | None) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for record in nodes:
         counts[record.status] = counts.get(record.status, 0) + 1
-    outcome = {
-        ledger_mod.PROMOTED: "promoted",
-        ledger_mod.ROLLED_BACK: "rolled_back",
-        ledger_mod.FAILED_ROLLOUT: "failed",
-        ledger_mod.PAUSED: "paused",
-    }.get(rollout.status, rollout.status.lower())
+    outcomes: dict[str, str] = {
+        RolloutStatus.PROMOTED: "promoted",
+        RolloutStatus.ROLLED_BACK: "rolled_back",
+        RolloutStatus.FAILED: "failed",
+        RolloutStatus.PAUSED: "paused",
+    }
+    outcome = outcomes.get(rollout.status, rollout.status.lower())
     log.info("%s", ctx.ledger.story(rollout_id))
     return {
         "outcome": outcome,
@@ -372,5 +380,5 @@ def report(ctx: Rollouts, rollout_id: int | None) -> dict[str, Any]:
         "rollout_id": rollout_id,
         "waves": len(ctx.ledger.waves(rollout_id)),
         "nodes": counts,
-        "changed": sorted(r.node for r in nodes if r.status == ledger_mod.DONE),
+        "changed": sorted(r.node for r in nodes if r.status == NodeStatus.DONE),
     }

@@ -34,8 +34,7 @@ from slicewise.cluster.base import (
     LabelsChanged,
     is_gpu_resource,
 )
-from slicewise.rollout import ledger as ledger_mod
-from slicewise.rollout.ledger import Ledger
+from slicewise.rollout.ledger import Ledger, NodeStatus
 
 log = logging.getLogger(__name__)
 CHANGED_LABELS = (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL)
@@ -157,7 +156,7 @@ class Procedure:
         unsettled = []
         for name in nodes:
             record = self.ledger.node(self.rollout_id, name)
-            if record.status in (ledger_mod.DONE, ledger_mod.ABORTED):  # settled before a crash: not again
+            if record.status in (NodeStatus.DONE, NodeStatus.ABORTED):  # settled before a crash: not again
                 outcome[name] = record.status
             else:
                 unsettled.append(name)
@@ -177,19 +176,19 @@ class Procedure:
                 except NodeFailed as why:  # the resources changed again between the check and the uncordon
                     error = str(why)
             self.ledger.update_node(
-                self.rollout_id, name, status=ledger_mod.FAILED, detail=error, now=self.clock.now()
+                self.rollout_id, name, status=NodeStatus.FAILED, detail=error, now=self.clock.now()
             )
             self._event(name, f"change failed: {error}; node stays cordoned until the rollback")
-            outcome[name] = ledger_mod.FAILED
+            outcome[name] = NodeStatus.FAILED
         return outcome
 
     def _done(self, name: str) -> str:
         """A verified change: uncordon the node, stamp it and record it DONE."""
         self._uncordon(name, changed=True)
         self.ledger.update_node(
-            self.rollout_id, name, status=ledger_mod.DONE, detail="changed and verified", now=self.clock.now()
+            self.rollout_id, name, status=NodeStatus.DONE, detail="changed and verified", now=self.clock.now()
         )
-        return ledger_mod.DONE
+        return NodeStatus.DONE
 
     def _verified_before_a_crash(self, name: str) -> bool:
         record = self.ledger.node(self.rollout_id, name)
@@ -216,7 +215,7 @@ class Procedure:
                 raise NodeFailed(f"the MIG manager is busy (state {node.mig_config_state})")
             now = self.clock.now()
             record = self.ledger.record_snapshot(self.rollout_id, name, snapshot_of(node, now), now)
-            self._step(name, SNAPSHOT, status=ledger_mod.IN_PROGRESS)
+            self._step(name, SNAPSHOT, status=NodeStatus.IN_PROGRESS)
             self._event(name, f"snapshot {self._snapshot_labels(record.snapshot)}")
         if node.unschedulable and not record.cordoned_by_us:
             raise NodeFailed("cordoned by someone else: not Slicewise's to change")
@@ -353,10 +352,10 @@ class Procedure:
         except (ClusterError, NodeFailed) as exc:
             why += f"; uncordoning failed too: {exc}"
         self.ledger.update_node(
-            self.rollout_id, name, status=ledger_mod.ABORTED, detail=why, now=self.clock.now()
+            self.rollout_id, name, status=NodeStatus.ABORTED, detail=why, now=self.clock.now()
         )
         self._event(name, f"aborted: {why}")
-        return ledger_mod.ABORTED
+        return NodeStatus.ABORTED
 
     # -- restore --------------------------------------------------------------------------------------------
     def restore(self, names: Sequence[str]) -> dict[str, str]:
@@ -365,22 +364,22 @@ class Procedure:
         outcome: dict[str, str] = {}
         for name in names:
             record = self.ledger.node(self.rollout_id, name)
-            if record.status in (ledger_mod.RESTORED, ledger_mod.ABORTED, ledger_mod.PENDING):
+            if record.status in (NodeStatus.RESTORED, NodeStatus.ABORTED, NodeStatus.PENDING):
                 outcome[name] = record.status
                 continue
-            self.ledger.update_node(self.rollout_id, name, status=ledger_mod.RESTORING, now=self.clock.now())
+            self.ledger.update_node(self.rollout_id, name, status=NodeStatus.RESTORING, now=self.clock.now())
             try:
                 outcome[name] = self._restore_one(name)
             except (NodeFailed, ClusterError) as why:
                 self.ledger.update_node(
                     self.rollout_id,
                     name,
-                    status=ledger_mod.RESTORE_FAILED,
+                    status=NodeStatus.RESTORE_FAILED,
                     detail=str(why),
                     now=self.clock.now(),
                 )
                 self._event(name, f"restore failed: {why}")
-                outcome[name] = ledger_mod.RESTORE_FAILED
+                outcome[name] = NodeStatus.RESTORE_FAILED
         return outcome
 
     def _at_snapshot(self, node: GpuNode, before: Mapping[str, str | None]) -> bool:
@@ -413,9 +412,9 @@ class Procedure:
         self.ledger.update_node(
             self.rollout_id,
             name,
-            status=ledger_mod.RESTORED,
+            status=NodeStatus.RESTORED,
             detail="back at its snapshot",
             now=self.clock.now(),
         )
         self._event(name, f"restored to {before}")
-        return ledger_mod.RESTORED
+        return NodeStatus.RESTORED

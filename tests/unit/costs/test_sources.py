@@ -11,7 +11,7 @@ from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL
 from slicewise.costs import sources
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
 from slicewise.planning.types import Forecasts, NodeObservation
-from slicewise.rollout.ledger import DONE, PROMOTED, RESTORED, ROLLED_BACK, ROLLING_BACK, Ledger
+from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus
 from tests.unit.costs.frames import gpu_node
 
 DAY = datetime(2026, 11, 24, tzinfo=UTC)
@@ -46,15 +46,21 @@ def test_the_ledger_gives_kept_changes_and_counts_rollbacks(tmp_path: Path) -> N
             "c", "run-1", "plan.json", [["a"]], {"a": {"nvidia.com/mig.config": "all-balanced"}}, at
         )
         ledger.record_snapshot(kept.id, "a", {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}, at)
-        ledger.update_node(kept.id, "a", status=DONE, now=at + timedelta(minutes=5))
-        ledger.set_rollout_status(kept.id, PROMOTED, "all waves passed", at + timedelta(minutes=10))
+        ledger.update_node(kept.id, "a", status=NodeStatus.DONE, now=at + timedelta(minutes=5))
+        ledger.set_rollout_status(
+            kept.id, RolloutStatus.PROMOTED, "all waves passed", at + timedelta(minutes=10)
+        )
         undone = ledger.start_rollout(
             "c", "run-2", "plan.json", [["b"]], {"b": {"nvidia.com/device-plugin.config": "mps-4"}}, at
         )
-        ledger.update_node(undone.id, "b", status=DONE, now=at + timedelta(hours=1))
-        ledger.set_rollout_status(undone.id, ROLLING_BACK, "utilisation dropped", at + timedelta(hours=1))
-        ledger.update_node(undone.id, "b", status=RESTORED, now=at + timedelta(hours=1, minutes=5))
-        ledger.set_rollout_status(undone.id, ROLLED_BACK, "restored", at + timedelta(hours=1, minutes=10))
+        ledger.update_node(undone.id, "b", status=NodeStatus.DONE, now=at + timedelta(hours=1))
+        ledger.set_rollout_status(
+            undone.id, RolloutStatus.ROLLING_BACK, "utilisation dropped", at + timedelta(hours=1)
+        )
+        ledger.update_node(undone.id, "b", status=NodeStatus.RESTORED, now=at + timedelta(hours=1, minutes=5))
+        ledger.set_rollout_status(
+            undone.id, RolloutStatus.ROLLED_BACK, "restored", at + timedelta(hours=1, minutes=10)
+        )
         changes, counts = sources.ledger_activity(ledger, DAY, DAY + timedelta(days=1))
         assert (
             sources.ledger_activity(ledger, DAY + timedelta(days=1), DAY + timedelta(days=2))[1].changes == 0

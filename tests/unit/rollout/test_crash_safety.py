@@ -139,17 +139,23 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
     rollout settled; every pod that left was evicted, and only drainable ones."""
     catalog = load_catalog()
     rollout = harness.ledger.rollout(rollout_id)
-    assert rollout.status in (ledger_mod.PROMOTED, ledger_mod.ROLLED_BACK), rollout
+    assert rollout.status in (ledger_mod.RolloutStatus.PROMOTED, ledger_mod.RolloutStatus.ROLLED_BACK), (
+        rollout
+    )
     for name in NODES:
         node = cluster.get_node(name)
         record = harness.ledger.node(rollout_id, name)
         mig, plugin, new_mig, new_plugin = CHANGES[name]
         labels = (node.mig_config, node.device_plugin_config)
-        if record.status == ledger_mod.DONE:
+        if record.status == ledger_mod.NodeStatus.DONE:
             assert labels == (new_mig, new_plugin), (name, record)
         else:
             # PENDING: never reached (an earlier wave failed)
-            assert record.status in (ledger_mod.RESTORED, ledger_mod.ABORTED, ledger_mod.PENDING), (
+            assert record.status in (
+                ledger_mod.NodeStatus.RESTORED,
+                ledger_mod.NodeStatus.ABORTED,
+                ledger_mod.NodeStatus.PENDING,
+            ), (
                 name,
                 record,
             )
@@ -169,13 +175,13 @@ def _degraded(query: str, baseline: bool) -> float | None:
 
 SCENARIOS = {
     # every node changed and promoted; a kill is resumed by the retried task
-    "change": (None, healthy, ledger_mod.PROMOTED),
+    "change": (None, healthy, ledger_mod.RolloutStatus.PROMOTED),
     # the MIG manager fails the A100's apply: restoring a failed change, whose "failed" is stale until the
     # MIG manager notices the restore (issue 15, case 3)
-    "change fails": ("sim-a100-80-0", healthy, ledger_mod.ROLLED_BACK),
+    "change fails": ("sim-a100-80-0", healthy, ledger_mod.RolloutStatus.ROLLED_BACK),
     # both changes applied, the analysis fails: the rollback puts applied layouts back, and a kill right after
     # a restore write finds the labels at the snapshot while the GPUs still carry the new layout (case 2)
-    "analysis fails": (None, _degraded, ledger_mod.ROLLED_BACK),
+    "analysis fails": (None, _degraded, ledger_mod.RolloutStatus.ROLLED_BACK),
 }
 
 
@@ -234,7 +240,7 @@ def test_a_node_handed_to_the_dra_driver_after_the_plan_is_left_alone(harness: H
     )
     ctx = harness.rollouts(shares=(1.0,))
     rollout_id = engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["rollout_id"]
-    assert engine.apply_wave(ctx, rollout_id, 0)["nodes"] == {"sim-a100-80-0": ledger_mod.ABORTED}
+    assert engine.apply_wave(ctx, rollout_id, 0)["nodes"] == {"sim-a100-80-0": ledger_mod.NodeStatus.ABORTED}
     record = harness.ledger.node(rollout_id, "sim-a100-80-0")
     assert "not Slicewise's to touch" in record.detail and "DRA driver" in record.detail
     node = harness.cluster.get_node("sim-a100-80-0")

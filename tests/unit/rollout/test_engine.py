@@ -34,7 +34,7 @@ def assert_at_snapshot_or_plan(h: Harness, rollout_id: int) -> None:
             "nvidia.com/mig.config": CHANGES[record.node][0],
             "nvidia.com/device-plugin.config": CHANGES[record.node][1],
         }
-        expected = dict(record.desired) if record.status == ledger_mod.DONE else dict(before)
+        expected = dict(record.desired) if record.status == ledger_mod.NodeStatus.DONE else dict(before)
         got = {k: node.labels.get(k) for k in expected}
         assert got == expected, (record.status, record.detail)
         assert node.mig_config_state == "success"
@@ -43,7 +43,7 @@ def assert_at_snapshot_or_plan(h: Harness, rollout_id: int) -> None:
 def test_every_wave_promotes_and_the_nodes_end_as_planned(harness: Harness) -> None:
     ctx = harness.rollouts()
     rollout_id, status = run_all(ctx, harness)
-    assert status == ledger_mod.PROMOTED
+    assert status == ledger_mod.RolloutStatus.PROMOTED
     assert rollout_id is not None
     waves = harness.ledger.waves(rollout_id)
     assert [len(w.nodes) for w in waves] == [1, 1, 2]  # canary, then 50 %, then 100 % of 4 nodes
@@ -52,7 +52,7 @@ def test_every_wave_promotes_and_the_nodes_end_as_planned(harness: Harness) -> N
         node = harness.cluster.get_node(name)
         assert not node.unschedulable
         assert "slicewise.io/last-change" in node.annotations
-    assert {r.status for r in harness.ledger.nodes(rollout_id)} == {ledger_mod.DONE}
+    assert {r.status for r in harness.ledger.nodes(rollout_id)} == {ledger_mod.NodeStatus.DONE}
     story = harness.ledger.story(rollout_id)
     assert "sim-a100-80-0" in story and "all-3g.40gb" in story
     # Every check measured every changed node (or the pool), and the baselines were read before the change.
@@ -64,12 +64,14 @@ def test_a_failed_mig_reconfiguration_rolls_every_changed_node_back(harness: Har
     harness.cluster.inject_fault("sim-a100-80-0", "fail")
     ctx = harness.rollouts(shares=(1.0,))
     rollout_id, status = run_all(ctx, harness, ["sim-a100-40-0", "sim-a100-80-0", "sim-h200-0"])
-    assert status == ledger_mod.ROLLED_BACK
+    assert status == ledger_mod.RolloutStatus.ROLLED_BACK
     assert rollout_id is not None
     assert_at_snapshot_or_plan(harness, rollout_id)
     statuses = {r.node: r.status for r in harness.ledger.nodes(rollout_id)}
-    assert statuses["sim-a100-80-0"] == ledger_mod.RESTORED
-    assert statuses["sim-a100-40-0"] == ledger_mod.RESTORED  # the canary was changed, then put back
+    assert statuses["sim-a100-80-0"] == ledger_mod.NodeStatus.RESTORED
+    assert (
+        statuses["sim-a100-40-0"] == ledger_mod.NodeStatus.RESTORED
+    )  # the canary was changed, then put back
     assert harness.labels("sim-a100-40-0") == ("all-1g.5gb", "default")
     assert "failed" in harness.ledger.rollout(rollout_id).reason
 
@@ -81,8 +83,8 @@ def test_a_mig_manager_stuck_in_pending_times_out_and_is_rolled_back(harness: Ha
     assert rollout_id is not None
     record = harness.ledger.node(rollout_id, "sim-a100-80-0")
     assert "pending" in " ".join(e.message for e in harness.ledger.events(rollout_id))
-    assert status == ledger_mod.ROLLED_BACK, harness.ledger.story(rollout_id)
-    assert record.status == ledger_mod.RESTORED
+    assert status == ledger_mod.RolloutStatus.ROLLED_BACK, harness.ledger.story(rollout_id)
+    assert record.status == ledger_mod.NodeStatus.RESTORED
     assert_at_snapshot_or_plan(harness, rollout_id)
 
 
@@ -90,16 +92,19 @@ def test_a_mig_manager_stuck_in_pending_times_out_and_is_rolled_back(harness: Ha
     ("answer", "expected"),
     [
         # utilisation drops from 50 % to 40 %: more than the 10 % rule allows -> Failed -> roll back
-        (lambda q, before: (0.5 if before else 0.4) if ENGINE in q else None, ledger_mod.ROLLING_BACK),
+        (
+            lambda q, before: (0.5 if before else 0.4) if ENGINE in q else None,
+            ledger_mod.RolloutStatus.ROLLING_BACK,
+        ),
         # Prometheus errors on every query: consecutive errors -> Error -> roll back
-        (lambda q, before: RuntimeError("connection refused"), ledger_mod.ROLLING_BACK),
+        (lambda q, before: RuntimeError("connection refused"), ledger_mod.RolloutStatus.ROLLING_BACK),
         # NaN engine activity: the utilisation check says Inconclusive -> pause for a person
         (
             lambda q, before: float("nan") if ENGINE in q and not before else 0.5 if ENGINE in q else None,
-            ledger_mod.PAUSED,
+            ledger_mod.RolloutStatus.PAUSED,
         ),
         # Empty engine activity after the change: Inconclusive as well (and the liveness check fails)
-        (lambda q, before: 0.5 if ENGINE in q and before else None, ledger_mod.ROLLING_BACK),
+        (lambda q, before: 0.5 if ENGINE in q and before else None, ledger_mod.RolloutStatus.ROLLING_BACK),
     ],
 )
 def test_analysis_outcomes_decide_the_rollout(harness: Harness, answer: Any, expected: str) -> None:
@@ -111,9 +116,9 @@ def test_analysis_outcomes_decide_the_rollout(harness: Harness, answer: Any, exp
     result = engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     assert harness.ledger.rollout(rollout_id).status == expected, result
     assert harness.ledger.measurements(rollout_id, 0), "every measurement is in the ledger"
-    if expected != ledger_mod.PAUSED:
+    if expected != ledger_mod.RolloutStatus.PAUSED:
         engine.rollback(ctx, rollout_id)
-        assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
+        assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.ROLLED_BACK
         assert_at_snapshot_or_plan(harness, rollout_id)
 
 
@@ -126,15 +131,15 @@ def test_a_person_approves_or_rejects_an_inconclusive_wave(harness: Harness) -> 
     engine.apply_wave(ctx, rollout_id, 0)
     engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     assert engine.is_paused(ctx, rollout_id)
-    assert engine.answer_pause(ctx, rollout_id, True, "alice") == ledger_mod.RUNNING
+    assert engine.answer_pause(ctx, rollout_id, True, "alice") == ledger_mod.RolloutStatus.RUNNING
     harness.prometheus.answer = lambda q, before: (
         float("nan") if ENGINE in q and not before else 0.5 if ENGINE in q else None
     )
     engine.apply_wave(ctx, rollout_id, 1)
     engine.analyse_wave(ctx, rollout_id, 1, harness.prometheus, harness.checks, bake_s=60)
-    assert engine.answer_pause(ctx, rollout_id, False, "bob") == ledger_mod.ROLLING_BACK
+    assert engine.answer_pause(ctx, rollout_id, False, "bob") == ledger_mod.RolloutStatus.ROLLING_BACK
     engine.rollback(ctx, rollout_id)
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.ROLLED_BACK
     assert_at_snapshot_or_plan(harness, rollout_id)
 
 
@@ -152,7 +157,7 @@ def test_one_rollout_at_a_time_and_an_abandoned_one_is_rolled_back_by_the_next_r
     assert started == {"rollout_id": rollout_id, "action": "recovering", "waves": started["waves"]}
     assert engine.apply_wave(second, rollout_id, 1)["skipped"]  # nothing new is applied on top
     engine.rollback(second, rollout_id)
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.ROLLED_BACK
     assert_at_snapshot_or_plan(harness, rollout_id)
 
 
@@ -173,8 +178,8 @@ def test_an_approved_wave_counts_as_passed_and_the_rollout_is_promoted(harness: 
     engine.apply_wave(ctx, rollout_id, 0)
     engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     engine.answer_pause(ctx, rollout_id, True, "alice")
-    assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
-    assert harness.ledger.waves(rollout_id)[0].status == ledger_mod.WAVE_PASSED
+    assert engine.finish(ctx, rollout_id) == ledger_mod.RolloutStatus.PROMOTED
+    assert harness.ledger.waves(rollout_id)[0].status == ledger_mod.WaveStatus.PASSED
 
 
 def test_a_consolidation_drains_the_node_and_leaves_its_configuration_as_it_was(harness: Harness) -> None:
@@ -194,7 +199,7 @@ def test_a_consolidation_drains_the_node_and_leaves_its_configuration_as_it_was(
     engine.apply_wave(ctx, rollout_id, 0)
     engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
     engine.finish(ctx, rollout_id)
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.PROMOTED
     assert harness.labels("sim-h100-1") == before
     assert not harness.cluster.get_node("sim-h100-1").unschedulable
     assert "evicted" in harness.ledger.story(rollout_id)

@@ -58,7 +58,7 @@ def test_a_change_the_operator_completes_is_verified_and_promoted(
     harness: Harness, api: FakeApiServer
 ) -> None:
     rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.PROMOTED
     assert node_labels(api, NODE)[MIG] == "all-3g.40gb"
     assert not api.node(NODE)["spec"].get("unschedulable")
     assert api.pod("team-a", "svc-0") is None  # evicted through the Eviction API
@@ -73,8 +73,8 @@ def test_a_stale_success_is_not_taken_for_the_change_and_the_node_is_put_back(
     operator.idle = True  # the MIG manager never reacts: mig.config.state stays at the old "success"
     rollout_id = run_one(harness, Reacting(backend(api), operator), [NODE])
     record = harness.ledger.node(rollout_id, NODE)
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.ROLLED_BACK
-    assert record.status == ledger_mod.RESTORED
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.ROLLED_BACK
+    assert record.status == ledger_mod.NodeStatus.RESTORED
     assert "stale success" in harness.ledger.story(rollout_id)
     assert node_labels(api, NODE)[MIG] == "all-balanced"
     assert not api.node(NODE)["spec"].get("unschedulable")
@@ -87,7 +87,7 @@ def test_an_eviction_refused_by_a_pdb_past_the_deadline_aborts_only_that_node(ha
         # The planner saw the PDB allowing a disruption; it allows none by the time the node drains.
         rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
         record = harness.ledger.node(rollout_id, NODE)
-        assert record.status == ledger_mod.ABORTED
+        assert record.status == ledger_mod.NodeStatus.ABORTED
         assert "drain deadline" in record.detail
         assert node_labels(api, NODE)[MIG] == "all-balanced"  # never labelled
         assert not api.node(NODE)["spec"].get("unschedulable")
@@ -102,7 +102,7 @@ def test_a_write_conflict_is_retried_on_fresh_state(harness: Harness, api: FakeA
 
     api.before_next("PATCH", f"/api/v1/nodes/{NODE}", someone_else)  # strikes between read and cordon patch
     rollout_id = run_one(harness, Reacting(backend(api), StandInOperator(api)), [NODE])
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.PROMOTED
     assert any(r.status == 409 for r in api.requests)
     labels = node_labels(api, NODE)
     assert labels["team"] == "vision" and labels[MIG] == "all-3g.40gb"
@@ -113,7 +113,7 @@ def test_server_errors_and_timeouts_are_retried(harness: Harness, api: FakeApiSe
     api.fail_next("GET", f"/api/v1/nodes/{NODE}", 503)
     api.before_next("GET", f"/api/v1/nodes/{NODE}", lambda: time.sleep(1.5))  # longer than the read timeout
     rollout_id = run_one(harness, Reacting(backend(api, timeout_s=1.0), StandInOperator(api)), [NODE])
-    assert harness.ledger.rollout(rollout_id).status == ledger_mod.PROMOTED
+    assert harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.PROMOTED
     assert any(r.status >= 500 for r in api.requests)
 
 
@@ -131,7 +131,7 @@ def test_an_api_that_keeps_failing_fails_the_wave_and_the_rollback_restores_the_
         engine.apply_wave(ctx, rollout_id, 0)  # the task fails; Airflow's retries are exhausted
     engine.finish(ctx, rollout_id)  # not reached in the DAG (upstream failed); a no-op here
     result = engine.rollback(ctx, rollout_id)
-    assert result["status"] == ledger_mod.ROLLED_BACK
+    assert result["status"] == ledger_mod.RolloutStatus.ROLLED_BACK
     assert node_labels(api, NODE)[MIG] == "all-balanced"
     assert not api.node(NODE)["spec"].get("unschedulable")
 
@@ -175,7 +175,7 @@ def test_mps_on_a_gpu_without_mig_is_verified_by_what_the_device_plugin_advertis
         record = harness.ledger.node(rollout_id, "t4-0")
         labels = node_labels(api, "t4-0")
         allocatable = api.node("t4-0")["status"]["allocatable"]["nvidia.com/gpu"]
-    assert record.status == ledger_mod.DONE, record.detail
+    assert record.status == ledger_mod.NodeStatus.DONE, record.detail
     assert labels["nvidia.com/device-plugin.config"] == "mps-2"
     assert MIG not in labels and "nvidia.com/mig.config.state" not in labels  # nothing written for MIG
     assert allocatable == "4"
@@ -189,5 +189,5 @@ def test_mps_on_a_gpu_without_mig_fails_while_the_device_plugin_still_advertises
         operator.idle = True  # the device plugin never restarts with the new config
         rollout_id = _mps_on_t4(harness, Reacting(backend(api), operator))
         record = harness.ledger.node(rollout_id, "t4-0")
-    assert record.status == ledger_mod.FAILED
+    assert record.status == ledger_mod.NodeStatus.FAILED
     assert "stale success: allocatable {'nvidia.com/gpu': 2}" in record.detail

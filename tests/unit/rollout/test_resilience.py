@@ -72,7 +72,7 @@ def test_a_task_killed_after_writing_labels_resumes_without_writing_them_twice(h
     assert engine.start(ctx, fleet_plan(["sim-a100-80-0"]), "plan.json")["action"] == "resumed"
     engine.apply_wave(ctx, rollout_id, 0)
     engine.analyse_wave(ctx, rollout_id, 0, harness.prometheus, harness.checks, bake_s=60)
-    assert engine.finish(ctx, rollout_id) == ledger_mod.PROMOTED
+    assert engine.finish(ctx, rollout_id) == ledger_mod.RolloutStatus.PROMOTED
     assert retry.label_writes == 0  # the labels written before the kill were not written again
     assert harness.labels("sim-a100-80-0") == ("all-3g.40gb", "default")
     assert not harness.cluster.get_node("sim-a100-80-0").unschedulable
@@ -87,8 +87,10 @@ def test_a_run_killed_mid_wave_is_rolled_back_by_its_rollback_task(harness: Harn
     with contextlib.suppress(Killed):
         engine.apply_wave(ctx, rollout_id, 0)
     ctx = harness.rollouts()  # the rollback task runs in its own process
-    assert engine.finish(ctx, rollout_id) == ledger_mod.RUNNING  # never promoted: the wave did not finish
-    assert engine.rollback(ctx, rollout_id)["status"] == ledger_mod.ROLLED_BACK
+    assert (
+        engine.finish(ctx, rollout_id) == ledger_mod.RolloutStatus.RUNNING
+    )  # never promoted: the wave did not finish
+    assert engine.rollback(ctx, rollout_id)["status"] == ledger_mod.RolloutStatus.ROLLED_BACK
     for name in ("sim-a100-40-0", "sim-a100-80-0", "sim-h200-0"):
         mig, plugin, _, _ = CHANGES[name]
         assert harness.labels(name) == (mig, plugin)
@@ -136,9 +138,9 @@ def test_a_rollback_restores_exactly_the_snapshot_labels(
     ctx = harness.rollouts(shares=(1.0,), max_in_flight=4)
     rollout_id = engine.start(ctx, fleet_plan(chosen), "plan.json")["rollout_id"]
     engine.apply_wave(ctx, rollout_id, 0)
-    if harness.ledger.rollout(rollout_id).status == ledger_mod.RUNNING:
+    if harness.ledger.rollout(rollout_id).status == ledger_mod.RolloutStatus.RUNNING:
         harness.ledger.set_rollout_status(
-            rollout_id, ledger_mod.ROLLING_BACK, "test: roll back", ctx.clock.now()
+            rollout_id, ledger_mod.RolloutStatus.ROLLING_BACK, "test: roll back", ctx.clock.now()
         )
     engine.rollback(ctx, rollout_id)
     harness.cluster.inject_fault(faulty or chosen[0], "none")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -28,41 +29,47 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# Rollout statuses.
-RUNNING = "RUNNING"
-PAUSED = "PAUSED"  # waiting for a person (an Inconclusive analysis)
-PROMOTED = "PROMOTED"  # every wave applied and analysed successfully
-ROLLING_BACK = "ROLLING_BACK"
-ROLLED_BACK = "ROLLED_BACK"
-FAILED = "FAILED"  # rollout: a rollback could not complete (a person must look); wave/node: the change failed
-ROLLOUT_STATUSES = (RUNNING, PAUSED, PROMOTED, ROLLING_BACK, ROLLED_BACK, FAILED)
-UNFINISHED = (RUNNING, PAUSED, ROLLING_BACK)
-TERMINAL = (PROMOTED, ROLLED_BACK, FAILED)
 
-# Wave statuses (FAILED as above).
-PENDING = "PENDING"
-APPLYING = "APPLYING"
-ANALYSING = "ANALYSING"
-PASSED = "PASSED"
-INCONCLUSIVE = "INCONCLUSIVE"
-SKIPPED = "SKIPPED"
-WAVE_STATUSES = (PENDING, APPLYING, ANALYSING, PASSED, FAILED, INCONCLUSIVE, SKIPPED)
-# Explicit names where a bare one reads ambiguously next to rollout and node statuses (same values).
-WAVE_PENDING, WAVE_APPLYING, WAVE_ANALYSING, WAVE_PASSED = PENDING, APPLYING, ANALYSING, PASSED
-WAVE_FAILED, WAVE_INCONCLUSIVE, WAVE_SKIPPED = FAILED, INCONCLUSIVE, SKIPPED
-FAILED_ROLLOUT = FAILED
+class RolloutStatus(StrEnum):
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"  # waiting for a person (an Inconclusive analysis)
+    PROMOTED = "PROMOTED"  # every wave applied and analysed successfully
+    ROLLING_BACK = "ROLLING_BACK"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"  # a rollback could not complete: a person must look
 
-# Node statuses (PENDING as above). ABORTED: given up before its labels changed; FAILED: the change was
-# attempted and did not verify, so the node must be restored.
-IN_PROGRESS = "IN_PROGRESS"
-DONE = "DONE"
-ABORTED = "ABORTED"
-RESTORING = "RESTORING"
-RESTORED = "RESTORED"
-RESTORE_FAILED = "RESTORE_FAILED"
-NODE_STATUSES = (PENDING, IN_PROGRESS, DONE, ABORTED, FAILED, RESTORING, RESTORED, RESTORE_FAILED)
+
+class WaveStatus(StrEnum):
+    PENDING = "PENDING"
+    APPLYING = "APPLYING"
+    ANALYSING = "ANALYSING"
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    SKIPPED = "SKIPPED"
+
+
+class NodeStatus(StrEnum):
+    """ABORTED: given up before its labels changed; FAILED: the change was attempted and did not verify, so the
+    node must be restored."""
+
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    DONE = "DONE"
+    ABORTED = "ABORTED"
+    FAILED = "FAILED"
+    RESTORING = "RESTORING"
+    RESTORED = "RESTORED"
+    RESTORE_FAILED = "RESTORE_FAILED"
+
+
+ROLLOUT_STATUSES = tuple(RolloutStatus)
+UNFINISHED = (RolloutStatus.RUNNING, RolloutStatus.PAUSED, RolloutStatus.ROLLING_BACK)
+TERMINAL = (RolloutStatus.PROMOTED, RolloutStatus.ROLLED_BACK, RolloutStatus.FAILED)
+WAVE_STATUSES = tuple(WaveStatus)
+NODE_STATUSES = tuple(NodeStatus)
 #: A rollout finished changing the node: the dwell-time rule counts from here.
-NODE_CHANGED = (DONE, RESTORED)
+NODE_CHANGED = (NodeStatus.DONE, NodeStatus.RESTORED)
 
 #: Analysis outcomes, spelled as Argo Rollouts spells them.
 MEASUREMENT_OUTCOMES = ("Successful", "Failed", "Inconclusive", "Error")
