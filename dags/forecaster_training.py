@@ -75,7 +75,7 @@ def forecaster_training() -> None:
         ]
         # Train up to the newest validated hour, whichever event started the run: hours backfilled together
         # publish in any order, and a run started by an older hour's event must not skip for lack of history.
-        newest = update.latest_published_end(root)
+        newest = store.latest_published_end(root)
         newest_end = max([*ends, *([newest] if newest else [])]) if ends or newest else None
         # A new install: nothing to learn from yet is not a failure; NotEnoughHistory skips, saying why.
         if newest_end is None:

@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GPU_FILE = "gpu.parquet"
-DEMAND_FILE = "demand.parquet"
-
 
 class MetricsSource(Protocol):
     """Where an hour of metrics comes from (the real one is :class:`slicewise.metrics.prometheus.PrometheusReader`)."""
@@ -75,8 +72,8 @@ def pull(source: MetricsSource, start: datetime, end: datetime, settings: Settin
     paths = store.PartitionPaths(store.storage_path(settings.storage_root), start)
     _remove_stale_staging(paths)
     staging = paths.new_staging()
-    store.write_frame(gpu, staging / GPU_FILE, _meta("gpu", start, end, settings))
-    store.write_frame(demand, staging / DEMAND_FILE, _meta("demand", start, end, settings))
+    store.write_frame(gpu, staging / store.GPU_FILE, _meta("gpu", start, end, settings))
+    store.write_frame(demand, staging / store.DEMAND_FILE, _meta("demand", start, end, settings))
     series = int(gpu[list(schema.GPU_KEY)].drop_duplicates().shape[0]) if len(gpu) else 0
     log.info(
         "staged %d GPU rows (%d series) and %d demand rows at %s", len(gpu), series, len(demand), staging
@@ -102,7 +99,7 @@ def previous_keys(root: ObjectStoragePath, start: datetime) -> pd.DataFrame | No
     previous = store.PartitionPaths(root, start - timedelta(hours=1)).published
     if store.read_manifest(previous) is None:
         return None
-    frame, _ = store.read_frame(previous / GPU_FILE)
+    frame, _ = store.read_frame(previous / store.GPU_FILE)
     return frame[list(schema.GPU_KEY)].drop_duplicates().reset_index(drop=True)
 
 
@@ -113,8 +110,8 @@ def validate(staging_url: str, start: datetime, end: datetime, settings: Setting
 
     start, end = _utc(start), _utc(end)
     staging = store.storage_path(staging_url)
-    gpu, _ = store.read_frame(staging / GPU_FILE)
-    demand, _ = store.read_frame(staging / DEMAND_FILE)
+    gpu, _ = store.read_frame(staging / store.GPU_FILE)
+    demand, _ = store.read_frame(staging / store.DEMAND_FILE)
     root = store.storage_path(settings.storage_root)
     report = validation.combine(
         validation.validate_gpu_frame(

@@ -19,7 +19,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
 MANIFEST = "_MANIFEST.json"
+#: The files of one hour's partition (the layout above): GPU samples and pending GPU demand.
+GPU_FILE = "gpu.parquet"
+DEMAND_FILE = "demand.parquet"
 PARQUET_META_PREFIX = "slicewise."
 
 
@@ -71,6 +74,12 @@ def published_hour_starts(root: ObjectStoragePath) -> list[datetime]:
                 stamp = datetime.strptime(f"{day.name}/{hour.name}", "date=%Y-%m-%d/hour=%H")
                 starts.append(stamp.replace(tzinfo=UTC))
     return sorted(starts)
+
+
+def latest_published_end(root: ObjectStoragePath) -> datetime | None:
+    """End of the newest published hour under ``root`` (None before the first), for runs without an event."""
+    starts = published_hour_starts(root)
+    return starts[-1] + timedelta(hours=1) if starts else None
 
 
 def write_frame(frame: pd.DataFrame, path: ObjectStoragePath, metadata: Mapping[str, str]) -> None:

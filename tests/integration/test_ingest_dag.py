@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from slicewise import schema, store
-from slicewise.ingest import DEMAND_FILE, GPU_FILE
 from slicewise.simulator.frames import demand as simulated_demand
 from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
 from slicewise.stack import processes
+from slicewise.store import DEMAND_FILE, GPU_FILE
 
 from .conftest import FAULTY_NODE, PrometheusWithHistory, fault_hour, hour
 

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from slicewise import store
-from slicewise.ingest import DEMAND_FILE, GPU_FILE
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import demand as simulated_demand
 from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
+from slicewise.store import DEMAND_FILE, GPU_FILE
 
 
 def publish_hour(root: store.ObjectStoragePath, fleet: Fleet, start: datetime) -> None:

@@ -58,11 +58,10 @@ def published_hours(root: ObjectStoragePath, hours: Iterable[datetime]) -> list[
 def read_hour(folder: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """The GPU and demand frames of a published partition and its sample step (seconds)."""
     from slicewise import store
-    from slicewise.ingest import DEMAND_FILE, GPU_FILE
 
     path = store.storage_path(folder)
-    gpu, meta = store.read_frame(path / GPU_FILE)
-    demand, _ = store.read_frame(path / DEMAND_FILE)
+    gpu, meta = store.read_frame(path / store.GPU_FILE)
+    demand, _ = store.read_frame(path / store.DEMAND_FILE)
     return gpu, demand, int(float(meta.get("step_s", "60")))
 
 

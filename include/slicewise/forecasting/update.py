@@ -55,27 +55,18 @@ def load_history(
     import pandas as pd
 
     from slicewise import store
-    from slicewise.ingest import GPU_FILE
 
     frames = []
     for back in range(hours, 0, -1):
         folder = store.PartitionPaths(root, newest_end - timedelta(hours=back)).published
         if store.read_manifest(folder) is not None:  # quarantined or missing hours are never read
-            frame, _ = store.read_frame(folder / GPU_FILE)
+            frame, _ = store.read_frame(folder / store.GPU_FILE)
             frames.append(frame)
     if not frames:
         raise NotEnoughHistory(
             f"no published metrics partition in the {hours} h before {newest_end:%Y-%m-%d %H:%M}"
         )
     return panel_from_frame(pd.concat(frames, ignore_index=True), spec.signal, spec.step_s)
-
-
-def latest_published_end(root: ObjectStoragePath) -> datetime | None:
-    """End of the newest published hour under ``root`` (used when a run has no triggering Asset event)."""
-    from slicewise import store
-
-    starts = store.published_hour_starts(root)
-    return starts[-1] + timedelta(hours=1) if starts else None
 
 
 def split_steps(panel: Panel, spec: ForecasterSpec) -> int:

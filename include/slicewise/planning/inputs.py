@@ -73,15 +73,14 @@ def load_recent(root: ObjectStoragePath, end: datetime, hours: int) -> tuple[pd.
     import pandas as pd
 
     from slicewise import schema, store
-    from slicewise.ingest import DEMAND_FILE, GPU_FILE
 
     gpu, demand = [], []
     for back in range(hours, 0, -1):
         folder = store.PartitionPaths(root, end - timedelta(hours=back)).published
         if store.read_manifest(folder) is None:
             continue
-        gpu.append(store.read_frame(folder / GPU_FILE)[0])
-        demand.append(store.read_frame(folder / DEMAND_FILE)[0])
+        gpu.append(store.read_frame(folder / store.GPU_FILE)[0])
+        demand.append(store.read_frame(folder / store.DEMAND_FILE)[0])
     if not gpu:
         return pd.DataFrame(columns=list(schema.GPU_COLUMNS)), pd.DataFrame(
             columns=list(schema.DEMAND_COLUMNS)

@@ -53,14 +53,14 @@ def make_forecasts(
     tracking_uri: str,
 ) -> ObjectStoragePath:
     """Forecast every series and the pending demand at the end of the newest validated hour; write them."""
+    from slicewise import store
     from slicewise.forecasting import registry
     from slicewise.forecasting.spec import load_specs
-    from slicewise.forecasting.update import latest_published_end
 
     spec = next((s for s in load_specs() if s.name == settings.planner_model), None)
     if spec is None:
         raise ValueError(f"planner_model {settings.planner_model!r} is not a spec in models/")
-    end = latest_published_end(root)
+    end = store.latest_published_end(root)
     if end is None:
         raise NoMetrics("no validated metrics partition yet: run gpu_metrics_ingest first")
     hours = math.ceil(spec.window_steps * spec.step_s / 3600) + 1
