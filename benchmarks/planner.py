@@ -17,9 +17,10 @@ from pathlib import Path
 
 from slicewise.catalog import Catalog, layout_capacity, load_catalog
 from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import DemandForecast, Forecasts, NodeObservation, SeriesForecast
+from slicewise.planning.types import NodeObservation
 
 TEMPLATES = (
     ("A100-80GB", "all-balanced", "default"),

@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 from slicewise import store
+from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
-from slicewise.planning.types import Forecasts, NodeObservation, SeriesForecast
+from slicewise.planning.types import NodeObservation
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus
 from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.fleet import Fleet

@@ -14,10 +14,10 @@ from slicewise.costs import run as cost_run
 from slicewise.costs.pricing import PriceError
 from slicewise.costs.window import ReportWindow
 from slicewise.errors import NotYet, PermanentError, task_outcome
+from slicewise.forecasting.forecasts import NoMetrics
 from slicewise.forecasting.update import NotEnoughHistory
 from slicewise.ingest import ValidationFailed
 from slicewise.metrics.prometheus import PermanentQueryError, PrometheusError
-from slicewise.planning.run import NoMetrics
 from slicewise.settings import SettingsError, load_settings
 
 

@@ -10,6 +10,8 @@ from slicewise.catalog.layouts import Layout, layout_problems
 from slicewise.catalog.models import CatalogError, GpuModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Not a Kubernetes resource: the demand vocabulary's name for a pod asking for k > 1 whole GPUs on one node.
+WHOLE_GPUS = "slicewise.io/whole-gpus"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.planning.types import Forecasts
+from slicewise.forecasting.forecasts import Forecasts
 
 if TYPE_CHECKING:
     import pandas as pd

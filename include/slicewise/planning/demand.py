@@ -21,11 +21,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slicewise.catalog import Catalog
-from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, WHOLE_GPUS
 
 #: Pending demand that only whole GPUs can host (pods asking for more than one ``nvidia.com/gpu``). Not a
 #: Kubernetes resource: the name of that kind of request in the demand forecast and in plans.
-WHOLE_GPUS = "slicewise.io/whole-gpus"
 EPS = 1e-9
 
 

@@ -10,7 +10,8 @@ from functools import cached_property
 
 from slicewise.catalog import Catalog, CatalogError, GpuModel, Layout, compute_share, layout_capacity
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuPod
-from slicewise.planning.types import DesiredState, NodeObservation, SeriesForecast
+from slicewise.forecasting.forecasts import SeriesForecast
+from slicewise.planning.types import DesiredState, NodeObservation
 
 GPU = "nvidia.com/gpu"
 

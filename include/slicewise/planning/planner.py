@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
+from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
@@ -28,10 +29,8 @@ from slicewise.planning.types import (
     SKIP,
     DesiredState,
     FleetPlan,
-    Forecasts,
     NodeObservation,
     NodePlan,
-    SeriesForecast,
 )
 
 WITHOUT_MIG = "GPUs without MIG, and planner_gpus_without_mig=false: left alone"

@@ -7,13 +7,12 @@ and a re-run of a task replaces its own output.
 from __future__ import annotations
 
 import logging
-import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slicewise.catalog import load_catalog
-from slicewise.errors import NotYet
-from slicewise.planning import inputs, report, storage
+from slicewise.forecasting import forecasts as forecasts_mod
+from slicewise.planning import report, storage
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import NodeObservation
@@ -27,20 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class NoMetrics(NotYet, RuntimeError):
-    """No validated metrics partition to forecast from."""
-
-
 def resolve_trust(
     settings: Settings, tracking_uri: str, event_extra: dict[str, Any] | None, now: datetime
-) -> inputs.Trust:
+) -> forecasts_mod.Trust:
     """The fresh forecaster event's verdict for the planner's model, else the registry's."""
     if event_extra and settings.planner_model in event_extra:
-        return inputs.trust_from_event(event_extra[settings.planner_model])
+        return forecasts_mod.trust_from_event(event_extra[settings.planner_model])
     from slicewise.forecasting import registry
 
     status = registry.status(tracking_uri, settings.planner_model)
-    return inputs.trust_from_registry(
+    return forecasts_mod.trust_from_registry(
         status.champion, status.newest_at, status.newest_trust, now, settings.planner_max_forecast_age_hours
     )
 
@@ -49,53 +44,11 @@ def make_forecasts(
     settings: Settings,
     root: ObjectStoragePath,
     folder: ObjectStoragePath,
-    trust: inputs.Trust,
+    trust: forecasts_mod.Trust,
     tracking_uri: str,
 ) -> ObjectStoragePath:
-    """Forecast every series and the pending demand at the end of the newest validated hour; write them."""
-    from slicewise import store
-    from slicewise.forecasting import registry
-    from slicewise.forecasting.spec import load_specs
-
-    spec = next((s for s in load_specs() if s.name == settings.planner_model), None)
-    if spec is None:
-        raise ValueError(f"planner_model {settings.planner_model!r} is not a spec in models/")
-    end = store.latest_published_end(root)
-    if end is None:
-        raise NoMetrics("no validated metrics partition yet: run gpu_metrics_ingest first")
-    hours = math.ceil(spec.window_steps * spec.step_s / 3600) + 1
-    gpu, demand = inputs.load_recent(root, end, hours)
-    model = None
-    if trust.predictor == "champion":
-        from slicewise.forecasting.model import reads_current_features
-
-        champion = registry.load_champion(tracking_uri, spec.name)
-        if champion is None:  # the alias vanished between the verdict and now: act on nothing
-            trust = inputs.Trust(inputs.FALLBACK_BASELINE, False, "champion alias disappeared")
-        elif not reads_current_features(champion.model):
-            trust = inputs.Trust(
-                inputs.FALLBACK_BASELINE,
-                False,
-                f"champion v{champion.version} reads other input features; the first version trained on "
-                "today's that beats the baselines replaces it",
-            )
-        else:
-            model, trust = (
-                champion.model,
-                inputs.Trust("champion", trust.trusted, trust.why, champion.version),
-            )
-    series = inputs.series_forecasts(gpu, spec, trust, settings.planner_horizon_minutes, model)
-    demand_forecasts = inputs.pending_demand(demand, spec.step_s, load_catalog())
-    forecasts = inputs.assemble(series, demand_forecasts, trust, settings.planner_horizon_minutes)
-    log.info(
-        "forecasts by %s (%s) at %s: %d series, pending demand %s",
-        forecasts.predictor,
-        "trusted" if forecasts.trusted else f"not trusted: {forecasts.why_untrusted}",
-        end.isoformat(),
-        len(series),
-        {d.resource: round(d.upper, 2) for d in demand_forecasts} or "none",
-    )
-    return storage.write_forecasts(folder, forecasts)
+    """The forecasting front door's forecasts for this run, written to its folder."""
+    return storage.write_forecasts(folder, forecasts_mod.fleet_forecasts(settings, root, trust, tracking_uri))
 
 
 def observe(backend: ClusterBackend, folder: ObjectStoragePath) -> ObjectStoragePath:

@@ -12,16 +12,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import report
-from slicewise.planning.types import (
-    DemandForecast,
-    DesiredState,
-    FleetPlan,
-    Forecasts,
-    NodeObservation,
-    NodePlan,
-    SeriesForecast,
-)
+from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath

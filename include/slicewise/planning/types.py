@@ -12,50 +12,6 @@ ACTIONS = (CHANGE, DRAIN, BLOCKED, KEEP, SKIP)
 
 
 @dataclass(frozen=True)
-class SeriesForecast:
-    """Forecast mean load (engine activity 0-1) of one GPU or MIG instance over the planning horizon."""
-
-    hostname: str
-    gpu: int
-    gpu_instance_id: str  # "" for a whole GPU
-    mig_profile: str  # "" for a whole GPU
-    p50: float
-    upper: float  # the upper quantile the planner acts on (P90 by default)
-    memory: float = float("nan")  # framebuffer used / capacity, latest hour's P90; NaN = unknown
-
-
-@dataclass(frozen=True)
-class DemandForecast:
-    """Forecast pending requests of one kind (:mod:`slicewise.planning.demand`): pods that cannot be scheduled.
-
-    ``p50`` / ``upper`` count requests: units of ``resource`` (nvidia.com/gpu, nvidia.com/mig-1g.10gb), or pods
-    when they declare a ``share`` or ask for ``gpus`` > 1; for ``slicewise.io/whole-gpus`` without ``gpus``,
-    GPUs."""
-
-    resource: str
-    p50: float
-    upper: float
-    share: float | None = None  # the share of a GPU each pod declares: any form at least that big hosts it
-    gpus: int = 1  # GPUs per pod, on one node
-    models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
-
-
-@dataclass(frozen=True)
-class Forecasts:
-    """What the forecaster says, and whether the planner may act on it."""
-
-    series: tuple[SeriesForecast, ...]
-    demand: tuple[DemandForecast, ...]
-    predictor: str  # "champion vN" or a baseline name
-    trusted: bool  # champion fresh and better than the baselines (the forecaster Asset's verdict)
-    why_untrusted: str = ""
-    horizon_minutes: int = 60
-
-    def for_node(self, node: str) -> list[SeriesForecast]:
-        return [s for s in self.series if s.hostname == node]
-
-
-@dataclass(frozen=True)
 class NodeObservation:
     """A managed node and the GPU pods on it, as the cluster backend reported them."""
 

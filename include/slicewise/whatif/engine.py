@@ -35,10 +35,11 @@ from slicewise.catalog import Catalog, GpuModel
 from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, GpuPod
 from slicewise.forecasting.baselines import mean_last_hour, p90_last_hour
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import DemandForecast, DesiredState, Forecasts, NodeObservation, SeriesForecast
+from slicewise.planning.types import DesiredState, NodeObservation
 from slicewise.whatif.fleet import FIRST_FIT, Ask, Fleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
@@ -337,7 +338,7 @@ class Replay:
     def _demand(self, now: float) -> dict[Request, tuple[float, float]]:
         """Pending requests per kind as the planner gets them, (P50, upper): ``now`` -> what waits now;
         ``forecast`` -> the median and P90 of the last hour's samples of what waited (the production baseline,
-        planning.inputs.pending_demand); ``future`` -> the same over the next hour, as it will be if nothing
+        forecasting.forecasts.pending_demand); ``future`` -> the same over the next hour, as it will be if nothing
         changes (the oracle)."""
         if self.policy.view == NOW:
             return {kind: (float(n), float(n)) for kind, n in self.queued_demand.items() if n > 0}

@@ -56,7 +56,7 @@ def trace_from_frames(
     request's size is read on ``gpu_model`` when given, else on the first catalogue model with its profile."""
     import pandas as pd
 
-    from slicewise.planning.inputs import ksm_resource_names
+    from slicewise.forecasting.forecasts import ksm_resource_names
 
     models = [catalog.model(gpu_model)] if gpu_model else list(catalog.models.values())
     names = ksm_resource_names(catalog)

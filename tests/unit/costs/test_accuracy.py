@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from slicewise.costs.accuracy import ForecastSet, fleet_series, scored, summarise
-from slicewise.planning.types import Forecasts, SeriesForecast
+from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from tests.unit.costs.frames import H100, HOUR, gpu_frame, series
 
 

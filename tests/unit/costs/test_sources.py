@@ -9,8 +9,9 @@ from pathlib import Path
 from slicewise import store
 from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL
 from slicewise.costs import sources
+from slicewise.forecasting.forecasts import Forecasts
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
-from slicewise.planning.types import Forecasts, NodeObservation
+from slicewise.planning.types import NodeObservation
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus
 from tests.unit.costs.frames import gpu_node
 

@@ -9,7 +9,8 @@ import pytest
 
 from slicewise.catalog import Catalog, layout_capacity, load_catalog
 from slicewise.cluster.base import GpuNode, GpuPod
-from slicewise.planning.types import DemandForecast, Forecasts, NodeObservation, SeriesForecast
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
+from slicewise.planning.types import NodeObservation
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from slicewise.catalog import Catalog
+from slicewise.catalog.resources import WHOLE_GPUS
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE
-from slicewise.planning.demand import WHOLE_GPUS
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import CHANGE, KEEP, DemandForecast, FleetPlan, Forecasts
+from slicewise.planning.types import CHANGE, KEEP, FleetPlan
 
 from .conftest import NOW, node, observe, pod, whole_gpu_load
 

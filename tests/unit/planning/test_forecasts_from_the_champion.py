@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from slicewise import store
+from slicewise.forecasting import forecasts as front_door
 from slicewise.forecasting import registry
 from slicewise.forecasting.windows import FEATURES
-from slicewise.planning import inputs, run, storage
+from slicewise.planning import run, storage
 from slicewise.settings import load_settings
 from slicewise.simulator.fleet import Fleet
 from tests.support.partitions import publish_hour
@@ -33,11 +34,11 @@ def test_a_champion_reading_fewer_features_is_not_used_and_the_plan_says_why(
     folder = root / "plans" / "run"
     folder.mkdir(parents=True)
 
-    trusted = inputs.Trust("champion", True, "champion beat the baselines", "7")
+    trusted = front_door.Trust("champion", True, "champion beat the baselines", "7")
     path = run.make_forecasts(settings, root, folder, trusted, "http://unused")
 
     forecasts = storage.read_forecasts(path)
-    assert forecasts.predictor == inputs.FALLBACK_BASELINE
+    assert forecasts.predictor == front_door.FALLBACK_BASELINE
     assert not forecasts.trusted
     assert "v7" in forecasts.why_untrusted and "features" in forecasts.why_untrusted
     assert forecasts.series  # the baseline still forecast every series

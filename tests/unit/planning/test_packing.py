@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from slicewise.catalog import Catalog
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP, DemandForecast, Forecasts
+from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP
 
 from .conftest import NOW, forecasts, mig_load, node, observe, pod, whole_gpu_load
 
@@ -142,7 +143,7 @@ def test_idle_nodes_alike_share_a_proposal_only_while_the_pending_pool_is_the_sa
 def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mps_ones(
     catalog: Catalog,
 ) -> None:
-    from slicewise.planning.demand import WHOLE_GPUS
+    from slicewise.catalog.resources import WHOLE_GPUS
 
     whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
     shared = node("h2", model="H100-80GB", mig_config="all-disabled", plugin="mps-4", gpus=4)
@@ -179,7 +180,7 @@ def test_pending_pods_that_need_whole_gpus_keep_gpus_whole_and_take_back_idle_mp
 
 
 def test_whole_gpus_are_kept_only_for_pods_that_waited_most_of_the_hour(catalog: Catalog) -> None:
-    from slicewise.planning.demand import WHOLE_GPUS
+    from slicewise.catalog.resources import WHOLE_GPUS
 
     whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
     loads = whole_gpu_load("h1", 4, 0.0, memory=0.0)

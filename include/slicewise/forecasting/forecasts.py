@@ -1,8 +1,11 @@
-"""The planner's inputs from the outside world: recent validated metrics, the trusted predictor's forecasts,
-the pending demand, and which predictor to trust (the forecaster Asset's verdict or the MLflow registry)."""
+"""Forecasting's front door for the planner: :func:`fleet_forecasts` returns the :class:`Forecasts` a plan acts
+on — every series' load and the pending GPU demand over the horizon, by the trusted predictor (the champion, or
+a baseline with the reason) — and :class:`Trust` says which predictor that is (the forecaster Asset's verdict or
+the MLflow registry's). Planning only consumes what this returns."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -10,19 +13,69 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from slicewise.catalog import Catalog, ksm_resource, resource_for_profile
-from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.planning.demand import WHOLE_GPUS
-from slicewise.planning.types import DemandForecast, Forecasts, SeriesForecast
+from slicewise.catalog import Catalog, ksm_resource, load_catalog, resource_for_profile
+from slicewise.catalog.resources import GPU_RESOURCE, WHOLE_GPUS
+from slicewise.errors import NotYet
 
 if TYPE_CHECKING:
     import pandas as pd
     from airflow.sdk import ObjectStoragePath
 
     from slicewise.forecasting.spec import ForecasterSpec
+    from slicewise.settings import Settings
+
+log = logging.getLogger(__name__)
 
 TRUSTED = ("model", "champion")
 FALLBACK_BASELINE = "p90_last_hour"
+
+
+class NoMetrics(NotYet, RuntimeError):
+    """No validated metrics partition to forecast from."""
+
+
+@dataclass(frozen=True)
+class SeriesForecast:
+    """Forecast mean load (engine activity 0-1) of one GPU or MIG instance over the planning horizon."""
+
+    hostname: str
+    gpu: int
+    gpu_instance_id: str  # "" for a whole GPU
+    mig_profile: str  # "" for a whole GPU
+    p50: float
+    upper: float  # the upper quantile the planner acts on (P90 by default)
+    memory: float = float("nan")  # framebuffer used / capacity, latest hour's P90; NaN = unknown
+
+
+@dataclass(frozen=True)
+class DemandForecast:
+    """Forecast pending requests of one kind (:mod:`slicewise.planning.demand`): pods that cannot be scheduled.
+
+    ``p50`` / ``upper`` count requests: units of ``resource`` (nvidia.com/gpu, nvidia.com/mig-1g.10gb), or pods
+    when they declare a ``share`` or ask for ``gpus`` > 1; for ``slicewise.io/whole-gpus`` without ``gpus``,
+    GPUs."""
+
+    resource: str
+    p50: float
+    upper: float
+    share: float | None = None  # the share of a GPU each pod declares: any form at least that big hosts it
+    gpus: int = 1  # GPUs per pod, on one node
+    models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
+
+
+@dataclass(frozen=True)
+class Forecasts:
+    """What the forecaster says, and whether the planner may act on it."""
+
+    series: tuple[SeriesForecast, ...]
+    demand: tuple[DemandForecast, ...]
+    predictor: str  # "champion vN" or a baseline name
+    trusted: bool  # champion fresh and better than the baselines (the forecaster Asset's verdict)
+    why_untrusted: str = ""
+    horizon_minutes: int = 60
+
+    def for_node(self, node: str) -> list[SeriesForecast]:
+        return [s for s in self.series if s.hostname == node]
 
 
 @dataclass(frozen=True)
@@ -213,3 +266,54 @@ def _seconds(column: pd.Series) -> np.ndarray:
     import pandas as pd
 
     return np.asarray(pd.to_datetime(column, utc=True).dt.as_unit("s").astype("int64").to_numpy())
+
+
+def fleet_forecasts(
+    settings: Settings, root: ObjectStoragePath, trust: Trust, tracking_uri: str
+) -> Forecasts:
+    """The front door: every GPU / MIG instance's load and the pending demand over the planning horizon, from
+    the newest validated hours, by the predictor ``trust`` names (the champion from MLflow, else a baseline; a
+    champion that vanished or reads other features falls back to the baseline, saying why)."""
+    from slicewise import store
+    from slicewise.forecasting import registry
+    from slicewise.forecasting.spec import load_specs
+
+    spec = next((s for s in load_specs() if s.name == settings.planner_model), None)
+    if spec is None:
+        raise ValueError(f"planner_model {settings.planner_model!r} is not a spec in models/")
+    end = store.latest_published_end(root)
+    if end is None:
+        raise NoMetrics("no validated metrics partition yet: run gpu_metrics_ingest first")
+    hours = math.ceil(spec.window_steps * spec.step_s / 3600) + 1
+    gpu, demand = load_recent(root, end, hours)
+    model = None
+    if trust.predictor == "champion":
+        from slicewise.forecasting.model import reads_current_features
+
+        champion = registry.load_champion(tracking_uri, spec.name)
+        if champion is None:  # the alias vanished between the verdict and now: act on nothing
+            trust = Trust(FALLBACK_BASELINE, False, "champion alias disappeared")
+        elif not reads_current_features(champion.model):
+            trust = Trust(
+                FALLBACK_BASELINE,
+                False,
+                f"champion v{champion.version} reads other input features; the first version trained on "
+                "today's that beats the baselines replaces it",
+            )
+        else:
+            model, trust = (
+                champion.model,
+                Trust("champion", trust.trusted, trust.why, champion.version),
+            )
+    series = series_forecasts(gpu, spec, trust, settings.planner_horizon_minutes, model)
+    demand_forecasts = pending_demand(demand, spec.step_s, load_catalog())
+    forecasts = assemble(series, demand_forecasts, trust, settings.planner_horizon_minutes)
+    log.info(
+        "forecasts by %s (%s) at %s: %d series, pending demand %s",
+        forecasts.predictor,
+        "trusted" if forecasts.trusted else f"not trusted: {forecasts.why_untrusted}",
+        end.isoformat(),
+        len(series),
+        {d.resource: round(d.upper, 2) for d in demand_forecasts} or "none",
+    )
+    return forecasts

@@ -1,33 +1,38 @@
-"""The planner's inputs: which predictor to trust, forecasts by a baseline, pending demand, plan files."""
+"""Forecasting's front door for the planner: which predictor to trust, the pending demand, the forecasts."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from slicewise.catalog import Catalog
+from slicewise.catalog import Catalog, load_catalog
+from slicewise.forecasting import forecasts
 from slicewise.forecasting.inference import predict_latest
 from slicewise.forecasting.spec import load_specs
 from slicewise.forecasting.windows import Panel
-from slicewise.planning import inputs
 
-from .conftest import NOW
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
 
 
 def test_a_promoted_or_kept_champion_is_trusted_and_a_winning_baseline_is_not() -> None:
-    trusted = inputs.trust_from_event({"trust": "champion", "champion_version": "4", "reason": "kept"})
+    trusted = forecasts.trust_from_event({"trust": "champion", "champion_version": "4", "reason": "kept"})
     assert (trusted.predictor, trusted.trusted, trusted.version) == ("champion", True, "4")
-    baseline = inputs.trust_from_event(
+    baseline = forecasts.trust_from_event(
         {"trust": "mean_last_hour", "baseline": "mean_last_hour", "champion_version": "4", "reason": "worse"}
     )
     assert (baseline.predictor, baseline.trusted) == ("mean_last_hour", False)
     assert "worse" in baseline.why
     # Too little held-out data to score any baseline: the forecaster names none; the planner's fallback acts.
-    unscored = inputs.trust_from_event({"trust": "none", "baseline": "none", "reason": "no windows"})
-    assert (unscored.predictor, unscored.trusted) == (inputs.FALLBACK_BASELINE, False)
+    unscored = forecasts.trust_from_event({"trust": "none", "baseline": "none", "reason": "no windows"})
+    assert (unscored.predictor, unscored.trusted) == (forecasts.FALLBACK_BASELINE, False)
     assert "no windows" in unscored.why
 
 
@@ -43,7 +48,9 @@ def test_a_promoted_or_kept_champion_is_trusted_and_a_winning_baseline_is_not() 
 def test_the_registry_decides_trust_when_no_fresh_event_is_at_hand(
     champion: str | None, age_hours: float, tag: str, trusted: bool, why: str
 ) -> None:
-    trust = inputs.trust_from_registry(champion, NOW - timedelta(hours=age_hours), tag, NOW, max_age_hours=3)
+    trust = forecasts.trust_from_registry(
+        champion, NOW - timedelta(hours=age_hours), tag, NOW, max_age_hours=3
+    )
     assert trust.trusted is trusted
     assert why in trust.why
 
@@ -89,14 +96,14 @@ def test_pending_demand_is_the_p90_of_the_last_hour_per_real_resource_name(catal
             rows.append((ts, "nvidia_com_mig_3g_40gb", 2.0, True))
         rows.append((ts, "nvidia_com_gpu", 1.0, False))
     frame = pd.DataFrame(rows, columns=["timestamp", "resource", "requested", "unschedulable"])
-    (demand,) = inputs.pending_demand(frame, 60, catalog)
+    (demand,) = forecasts.pending_demand(frame, 60, catalog)
     assert demand.resource == "nvidia.com/mig-3g.40gb"
     assert demand.upper == pytest.approx(2.0)  # 10 of 60 steps at 2 -> P90 = 2
     assert demand.p50 == 0.0
 
 
 def test_pending_pods_asking_for_several_gpus_are_whole_gpu_demand_counted_once(catalog: Catalog) -> None:
-    from slicewise.planning.demand import WHOLE_GPUS
+    from slicewise.catalog.resources import WHOLE_GPUS
 
     end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
     rows = []
@@ -111,7 +118,7 @@ def test_pending_pods_asking_for_several_gpus_are_whole_gpu_demand_counted_once(
     frame = pd.DataFrame(
         rows, columns=["timestamp", "namespace", "pod", "container", "resource", "requested", "unschedulable"]
     )
-    demand = {(d.resource, d.gpus): d.upper for d in inputs.pending_demand(frame, 60, catalog)}
+    demand = {(d.resource, d.gpus): d.upper for d in forecasts.pending_demand(frame, 60, catalog)}
     # One pod of 4 whole GPUs (not also 4 nvidia.com/gpu requests), and the 1-GPU pod.
     assert demand == {("nvidia.com/gpu", 1): pytest.approx(1.0), (WHOLE_GPUS, 4): pytest.approx(1.0)}
 
@@ -133,7 +140,7 @@ def test_pending_pods_with_a_declared_share_or_a_product_selector_are_requests_o
         ]
     columns = ["timestamp", "namespace", "pod", "resource", "requested", "unschedulable"]
     frame = pd.DataFrame(rows, columns=[*columns, "declared_share", "gpu_product"])
-    demand = {(d.share, d.models): d.upper for d in inputs.pending_demand(frame, 60, catalog)}
+    demand = {(d.share, d.models): d.upper for d in forecasts.pending_demand(frame, 60, catalog)}
     assert demand == {
         (0.25, ()): pytest.approx(1.0),
         (0.25, ("H100-80GB",)): pytest.approx(1.0),
@@ -141,5 +148,5 @@ def test_pending_pods_with_a_declared_share_or_a_product_selector_are_requests_o
         (None, ("unknown product Tesla-X9",)): pytest.approx(1.0),
     }
     # Partitions written before the form columns existed read as neither.
-    old = {(d.share, d.models): d.upper for d in inputs.pending_demand(frame[columns], 60, catalog)}
+    old = {(d.share, d.models): d.upper for d in forecasts.pending_demand(frame[columns], 60, catalog)}
     assert old == {(None, ()): pytest.approx(4.0)}
