@@ -31,7 +31,7 @@ def child(n_gpus: int, hours: int, workdir: str) -> None:
     import numpy as np
 
     from slicewise.forecasting.spec import load_specs
-    from slicewise.forecasting.update import hourly_update
+    from slicewise.forecasting.steps import hourly_update
     from slicewise.forecasting.windows import panel_from_frame
     from slicewise.simulator.fleet import Fleet
     from slicewise.simulator.frames import gpu_samples

@@ -60,7 +60,7 @@ def forecaster_training() -> None:
     ) -> dict[str, Any]:
         from datetime import datetime
 
-        import slicewise.forecasting.update as update
+        import slicewise.forecasting.steps as update
         from slicewise import store
         from slicewise.connections import mlflow_tracking_uri, task_settings
         from slicewise.forecasting.spec import load_specs

@@ -81,30 +81,30 @@ def gpu_cost_report() -> None:
         triggering_asset_events: Any = None,
     ) -> str:
         from slicewise.connections import task_settings
-        from slicewise.costs import run, window
+        from slicewise.costs import steps, window
         from slicewise.rollout.ledger.url import ledger_url
 
         settings = task_settings(params)
         rollout_event = bool((triggering_asset_events or {}).get(ROLLOUT, []))
         span = window.resolve(dag_run.run_after, params["mode"], params.get("report_date"), rollout_event)
         # Nothing validated yet skips (NothingToReportYet); an hour lost after collecting began fails once.
-        return run.collect(settings, span, run_id or "manual", ledger_url(settings))
+        return steps.collect(settings, span, run_id or "manual", ledger_url(settings))
 
     @task
     @task_outcome()
     def allocate(inputs: str, params: Any = None) -> dict[str, str]:
         from slicewise.connections import task_settings
-        from slicewise.costs import run
+        from slicewise.costs import steps
 
-        return run.allocate(task_settings(params), inputs)
+        return steps.allocate(task_settings(params), inputs)
 
     @task
     @task_outcome()
     def attribute(inputs: str, allocated: dict[str, str], params: Any = None) -> dict[str, str]:
         from slicewise.connections import task_settings
-        from slicewise.costs import run
+        from slicewise.costs import steps
 
-        return run.analyse(task_settings(params), inputs, allocated)
+        return steps.analyse(task_settings(params), inputs, allocated)
 
     @task(outlets=[COST_REPORT])
     @task_outcome()
@@ -118,10 +118,10 @@ def gpu_cost_report() -> None:
         from datetime import UTC, datetime
 
         from slicewise.connections import task_settings
-        from slicewise.costs import run
+        from slicewise.costs import steps
 
         generated_at = datetime.now(UTC).isoformat(timespec="seconds")  # metadata only, never in the maths
-        extra = run.publish(task_settings(params), inputs, allocated, analysed, generated_at)
+        extra = steps.publish(task_settings(params), inputs, allocated, analysed, generated_at)
         outlet_events[COST_REPORT].extra = extra
         return extra
 

@@ -226,7 +226,7 @@ DEMO_SETTINGS = {
     "SLICEWISE_ANALYSIS_COUNT": "2",
 }
 #: Validated hours the forecaster needs before its first update: one held out with its 60-minute future, and
-#: enough before it to train on (forecasting.update.split_steps).
+#: enough before it to train on (forecasting.steps.split_steps).
 FIRST_HOURS = 4
 
 

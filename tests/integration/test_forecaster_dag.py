@@ -149,7 +149,7 @@ def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_w
 
     from slicewise.forecasting import registry as adapter
     from slicewise.forecasting.spec import load_specs
-    from slicewise.forecasting.update import hourly_update
+    from slicewise.forecasting.steps import hourly_update
     from slicewise.forecasting.windows import FEATURES, Panel
 
     shipped = load_specs()[0]

@@ -10,12 +10,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from slicewise.catalog.models import CatalogError
-from slicewise.costs import run as cost_run
+from slicewise.costs import steps as cost_run
 from slicewise.costs.pricing import PriceError
 from slicewise.costs.window import ReportWindow
 from slicewise.errors import NotYet, PermanentError, task_outcome
 from slicewise.forecasting.forecasts import NoMetrics
-from slicewise.forecasting.update import NotEnoughHistory
+from slicewise.forecasting.steps import NotEnoughHistory
 from slicewise.ingest import ValidationFailed
 from slicewise.metrics.prometheus import PermanentQueryError, PrometheusError
 from slicewise.settings import SettingsError, load_settings

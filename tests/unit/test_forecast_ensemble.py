@@ -66,7 +66,7 @@ def test_each_member_trains_and_the_ensemble_loads_back_as_one_model(tmp_path: P
         model_module.predict(loaded, inputs), model_module.predict(model, inputs), rtol=1e-5, atol=1e-6
     )
     # The loaded ensemble trains on, as the hourly update's copy of the champion does.
-    from slicewise.forecasting.update import _copy
+    from slicewise.forecasting.steps import _copy
 
     copy = _copy(loaded, spec)
     assert len(model_module.ensemble_members(copy)) == 3

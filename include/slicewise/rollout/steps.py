@@ -1,7 +1,7 @@
 """The ``gpu_partition_rollout`` DAG's tasks as plain functions: one front door for the DAG file.
 
 Each step takes the run (its settings, id and mode) and what its upstream task returned, and returns what its
-downstream tasks receive. Planning itself is :mod:`slicewise.planning.run`; changing nodes is
+downstream tasks receive. Planning itself is :mod:`slicewise.planning.steps`; changing nodes is
 :mod:`slicewise.rollout.engine`. Skips are :class:`~slicewise.errors.NotYet`, failures that must not be retried
 :class:`~slicewise.errors.PermanentError` (the DAG's ``task_outcome`` maps them onto Airflow).
 """
@@ -80,7 +80,7 @@ def rollout_run(params: Mapping[str, Any], run_id: str | None) -> RolloutRun:
 def forecast(run: RolloutRun, events: Sequence[Any], now: datetime) -> str:
     """Forecasts for the plan (``events``: this run's forecaster Asset events, none for a fallback run)."""
     from slicewise.connections import mlflow_tracking_uri
-    from slicewise.planning import run as planning
+    from slicewise.planning import steps as planning
     from slicewise.planning import storage
 
     if not events and storage.recent_plan(run.root, now, FALLBACK_QUIET_MINUTES):
@@ -94,7 +94,7 @@ def forecast(run: RolloutRun, events: Sequence[Any], now: datetime) -> str:
 
 def observe(run: RolloutRun) -> str:
     from slicewise.cluster.factory import open_backend
-    from slicewise.planning import run as planning
+    from slicewise.planning import steps as planning
 
     return str(planning.observe(open_backend(run.settings), run.folder))
 
@@ -102,7 +102,7 @@ def observe(run: RolloutRun) -> str:
 def plan(run: RolloutRun, forecasts: str, observed: str, now: datetime) -> dict[str, Any]:
     """The plan from the forecasts and observations the upstream tasks wrote (both in this run's folder)."""
     from slicewise import store
-    from slicewise.planning import run as planning
+    from slicewise.planning import steps as planning
 
     folder = store.storage_path(forecasts).parent
     if store.storage_path(observed).parent != folder:

@@ -40,7 +40,7 @@ from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import DesiredState, NodeObservation
-from slicewise.whatif.fleet import FIRST_FIT, Ask, Fleet, SimNode
+from slicewise.whatif.fleet import FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import FUTURE, NOW, Policy, initial_configs, whole_gpu_share
@@ -98,7 +98,7 @@ class Replay:
         configs = initial or initial_configs(
             policy, [m.mig for m in node_models], whole_gpu_share(pods, self.start, self.end)
         )
-        self.fleet = Fleet(
+        self.fleet = ReplayFleet(
             [
                 SimNode(n.name, n.gpus, model, catalog, mig, plugin, n.model, config.price(model))
                 for n, model, (mig, plugin) in zip(nodes, node_models, configs, strict=True)

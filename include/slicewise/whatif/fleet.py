@@ -165,7 +165,7 @@ class SimNode:
         return sum(1 for n in self.gpu_pods if n)
 
 
-class Fleet:
+class ReplayFleet:
     """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""
 
     def __init__(self, nodes: list[SimNode], scheduler: str = FIRST_FIT):
@@ -205,7 +205,7 @@ class Fleet:
         self.busy_cost_rate += node.gpus * node.price * (bool(node.pods) - occupied)
         self.allocated[self.position[node.name]] = node.allocated
 
-    def fork(self) -> Fleet:
+    def fork(self) -> ReplayFleet:
         """A copy that shares the nodes until it changes one (copy on write): cheap for a short look ahead."""
         twin = copy.copy(self)
         twin.nodes = list(self.nodes)

@@ -11,7 +11,8 @@ from slicewise import store
 from slicewise.forecasting import forecasts as front_door
 from slicewise.forecasting import registry
 from slicewise.forecasting.windows import FEATURES
-from slicewise.planning import run, storage
+from slicewise.planning import steps as run
+from slicewise.planning import storage
 from slicewise.settings import load_settings
 from slicewise.simulator.fleet import Fleet
 from tests.support.partitions import publish_hour

@@ -12,7 +12,7 @@ import pytest
 
 from slicewise.catalog import load_catalog
 from slicewise.whatif.engine import BacktestConfig, Replay
-from slicewise.whatif.fleet import Fleet, SimNode
+from slicewise.whatif.fleet import ReplayFleet, SimNode
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import POLICIES
 from slicewise.whatif.trace import TraceNode, TracePod
@@ -81,7 +81,7 @@ def test_the_queue_drains_after_a_mig_change_without_evicting_anyone() -> None:
 def test_fragmentation_is_the_free_capacity_a_request_of_the_workload_cannot_use() -> None:
     mig = SimNode("n1", 1, MODEL, CATALOG, "all-balanced", "default")  # free: 3g, 2g, 1g, 1g = 7/7
     whole = SimNode("n2", 2, MODEL, CATALOG, "all-disabled", "default")
-    fleet = Fleet([mig, whole])
+    fleet = ReplayFleet([mig, whole])
     slots = whole.fit(1, 1.0)
     assert slots is not None
     fleet.take(whole, 0, slots, 1.0)  # one of n2's two GPUs taken: free capacity 1 + 1 = 2 GPUs
