@@ -20,12 +20,15 @@ from slicewise.stack import processes
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 ADMIN_USER = "admin"
-#: How long a connection to the SQLite metadata DB waits for another process's write lock. Python's default,
-#: 5 s, is too short on 2 cores while TensorFlow tasks start: the scheduler's loop then fails with "database is
-#: locked" and the scheduler exits (seen in CI, leaving the demo's runs queued); the API server answers 503.
-#: Airflow imports these by path (``[database] sql_alchemy_connect_args``, ``..._async``) and adds to the first.
+#: How long the scheduler's, DAG processor's and triggerer's connections to the SQLite metadata DB wait for
+#: another process's write lock. At Python's default, 5 s, the scheduler's loop failed with "database is locked"
+#: while TensorFlow tasks started on 2 cores, and the scheduler exited (seen in CI, leaving the demo's runs
+#: queued). Not the API server: there a request's sync commit on the event loop can wait for a transaction whose
+#: own commit needs that loop, so a long wait is a deadlock for its whole length (seen in CI: 60 s heartbeats);
+#: at 5 s it fails fast and the caller retries. Airflow imports it by path (``[database]
+#: sql_alchemy_connect_args``).
 SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 60}
-SQLITE_CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": 60}
+PATIENT_COMPONENTS = ("scheduler", "dag-processor", "triggerer")
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,6 @@ def environment(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS_ASYNC",
         "AIRFLOW__API_AUTH__JWT_SECRET": stored["jwt_secret"],
         "AIRFLOW__API__BASE_URL": f"http://{processes.LOOPBACK}:{api_port}",
         "AIRFLOW__API__HOST": processes.LOOPBACK,
@@ -132,13 +133,20 @@ def start(
             port=api_port if name == "api-server" else 0,
             url=f"http://{processes.LOOPBACK}:{api_port}",
             run_dir=run_dir,
-            env=env,
+            env={**env, **_patience(name)},
         )
     api_service = running["api-server"]
     assert api_service is not None
     processes.wait_http(f"{api_service.url}/api/v2/monitor/health", api_service, timeout_s=180)
     password = json.loads((home / "secrets.json").read_text())["password"]
     return AirflowStack(home, api_service.url, ADMIN_USER, password, env)
+
+
+def _patience(component: str) -> dict[str, str]:
+    """The SQLite lock wait of ``component`` (see ``SQLITE_CONNECT_ARGS``)."""
+    if component not in PATIENT_COMPONENTS:
+        return {}
+    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS"}
 
 
 def stop(home: Path) -> list[str]:
