@@ -24,7 +24,7 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, TaskGroup, da
 from slicewise.assets import FORECASTER, ROLLOUT
 from slicewise.errors import task_outcome
 from slicewise.rollout import approval
-from slicewise.rollout.params import PARAMS
+from slicewise.rollout.params import rollout_params
 from slicewise.rollout.waves import MAX_WAVES
 
 
@@ -47,7 +47,7 @@ def step(decorator: Any = task, **kwargs: Any) -> Any:
         "retry_delay": timedelta(minutes=1),
         "execution_timeout": timedelta(minutes=60),
     },
-    params=PARAMS,
+    params=rollout_params(),
     doc_md=__doc__,
 )
 def gpu_partition_rollout() -> None:

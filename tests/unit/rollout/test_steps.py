@@ -48,3 +48,12 @@ def test_the_watcher_fails_the_run_unless_the_rollout_was_promoted() -> None:
     for outcome in ("rolled_back", "failed", "not started"):
         with pytest.raises(PermanentError, match=f"rollout {outcome}: wave 1 failed its analysis"):
             steps.check_promoted({"outcome": outcome, "reason": "wave 1 failed its analysis"})
+
+
+def test_each_parse_of_the_dag_gets_its_own_params_so_a_runs_mode_never_leaks_into_the_next() -> None:
+    from slicewise.rollout.params import rollout_params
+
+    first, second = rollout_params(), rollout_params()
+    assert first["mode"].resolve("apply") == "apply"  # Airflow keeps the resolved value on the Param
+    assert first["mode"].value == "apply"
+    assert second["mode"].value is None  # the next DAG object still defaults to the rollout_mode setting
