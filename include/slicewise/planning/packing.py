@@ -4,9 +4,8 @@ the least stranded capacity and the fewest disruptions.
 Every configuration the node's GPU model allows is a candidate: each named MIG layout (MIG on), with
 ``split_layouts`` each per-GPU split config for the node's size (a layout on the first half of the GPUs, the rest
 whole), and MIG off with whole GPUs or MPS with each shipped replica count (a model without MIG has only the
-latter). For each, the node's
-running pods are placed first, then the pool's pending requests (:mod:`slicewise.planning.demand`), largest
-first, each on the smallest free slot that hosts it. The score is
+latter). For each, the node's running pods are placed first, then the pool's pending requests
+(:mod:`slicewise.planning.demand`), largest first, each on the smallest free slot that hosts it. The score is
 
     - requests hosted  +  unusable compute  +  stranded / 4  +  2 x running pods that lose their place
     (+ a change penalty)
