@@ -185,23 +185,33 @@ def ingest_hours(api: AirflowApi, hour_end: datetime, hours: int, timeout_s: flo
 
 
 def _create_hour_run(api: AirflowApi, start: datetime, end: datetime, attempts: int = 10) -> None:
-    for attempt in range(attempts):
-        try:
-            api.create_run(
-                INGEST_DAG,
-                run_id=f"demo_history__{start.isoformat()}",
-                logical_date=start.isoformat(),
-                data_interval=(start.isoformat(), end.isoformat()),
-            )
-            return
-        except requests.HTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else 0
-            if status == 409:
-                return
-            # 500/503: the SQLite metadata DB was locked a moment; the insert was rolled back, try again.
-            if status not in (500, 503) or attempt == attempts - 1:
-                raise
-            time.sleep(3)
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
+
+    def locked(exc: BaseException) -> bool:
+        # 500/503: the SQLite metadata DB was locked a moment and the insert rolled back; try again.
+        return isinstance(exc, requests.HTTPError) and _status(exc) in (500, 503)
+
+    try:
+        for attempt in Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_fixed(3),
+            retry=retry_if_exception(locked),
+            reraise=True,
+        ):
+            with attempt:
+                api.create_run(
+                    INGEST_DAG,
+                    run_id=f"demo_history__{start.isoformat()}",
+                    logical_date=start.isoformat(),
+                    data_interval=(start.isoformat(), end.isoformat()),
+                )
+    except requests.HTTPError as exc:
+        if _status(exc) != 409:  # 409: the run exists (an earlier answer was lost, or the scheduler's own)
+            raise
+
+
+def _status(exc: requests.HTTPError) -> int:
+    return exc.response.status_code if exc.response is not None else 0
 
 
 #: What the embedded demo changes from the shipped defaults, and why (README "Two commands").
