@@ -16,7 +16,7 @@ version is tagged with the reason and the champion stays.
 
 If MLflow is unreachable the update fails before changing anything, so the champion stays what it was. With
 too little validated history (a new install) `update_model` is skipped and says why.
-Connections: `mlflow_default` (or the setting `mlflow_tracking_uri`). Settings: see the README.
+Connections: `mlflow_default` (or the setting `mlflow_tracking_uri`). Settings: docs/configuration.md.
 """
 
 from __future__ import annotations

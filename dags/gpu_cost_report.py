@@ -17,7 +17,7 @@ planner's `plans/*/observed.json` and `forecasts.json`, and the rollout ledger.
 Params: `mode` (`auto`: partial on a rollout event, else daily; `daily`; `partial`), `report_date`
 (`YYYY-MM-DD`, default: yesterday for daily, today for partial — yesterday in a day's first hour),
 `cost_mig_share` (`compute` or `memory`).
-Settings `cost_*` (README "Cost report"). Connections: `slicewise_ledger` (optional; else the SQLite ledger in
+Settings `cost_*` (docs/costs.md). Connections: `slicewise_ledger` (optional; else the SQLite ledger in
 `SLICEWISE_HOME`).
 """
 

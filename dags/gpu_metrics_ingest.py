@@ -15,7 +15,7 @@ Each run owns exactly its data interval: re-running replaces the partition. Back
 `airflow backfill create --dag-id gpu_metrics_ingest --from-date … --to-date …`.
 
 Connection: `prometheus_default` (HTTP). Settings: Airflow Variable `slicewise_settings` (JSON) or the Params
-below; see the README's *Settings* section.
+below; see docs/configuration.md, "Settings".
 """
 
 from __future__ import annotations

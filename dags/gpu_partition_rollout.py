@@ -9,7 +9,7 @@ event (fallback: hourly at :45, skipped after a plan in the last 50 min) and app
   and analyses them; Inconclusive asks a person (`ask_person`; no answer in 60 min rolls back); `rollback`
   restores a failed rollout's nodes and `report_rollout` fails the run unless the rollout was promoted.
 
-Tasks, Params, settings and Connections: README, "The planner DAG" and "Applying a plan".
+Tasks, Params, settings and Connections: docs/planner.md and docs/rollout.md.
 """
 
 from __future__ import annotations

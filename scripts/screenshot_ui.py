@@ -1,4 +1,4 @@
-"""Screenshots of the Airflow UI for the README, taken in headless Chromium from the running demo stack.
+"""Screenshots of the Airflow UI for docs/demo.md, taken in headless Chromium from the running demo stack.
 
     make demo        # or: .venv/bin/python -m slicewise.demo up (it leaves the services running)
     .venv/bin/python scripts/screenshot_ui.py [--out docs/images] [--home DIR]

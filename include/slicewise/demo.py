@@ -214,7 +214,7 @@ def _status(exc: requests.HTTPError) -> int:
     return exc.response.status_code if exc.response is not None else 0
 
 
-#: What the embedded demo changes from the shipped defaults, and why (README "Two commands").
+#: What the embedded demo changes from the shipped defaults, and why (docs/demo.md).
 DEMO_SETTINGS = {
     # Show the whole loop: production clusters stay on `recommend` until someone sets apply on purpose.
     "SLICEWISE_ROLLOUT_MODE": "apply",

@@ -22,7 +22,7 @@ OLDER_REPORT_DATE = "2026-11-27"
 PLAN_RUN = "asset_triggered__2026-11-29T11:05:00+00:00"
 CHANGED_NODE = "sim-a100-80-0"
 
-#: The shape README "Cost report" documents for ``summary.json`` (gpu_cost_report writes it).
+#: The shape docs/costs.md documents for ``summary.json`` (gpu_cost_report writes it).
 SUMMARY: dict[str, Any] = {
     "date": REPORT_DATE,
     "partial": False,

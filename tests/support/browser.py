@@ -1,7 +1,7 @@
 """Headless Chromium driven over the Chrome DevTools Protocol, signed in to the embedded Airflow like its UI.
 
-Used by ``scripts/screenshot_ui.py`` (the README's screenshots) and ``tests/plugins/test_browser.py``. Chromium
-runs with a throw-away profile, DevTools on 127.0.0.1 only (port chosen by Chromium, read from its
+Used by ``scripts/screenshot_ui.py`` (the screenshots in docs/demo.md) and ``tests/plugins/test_browser.py``.
+Chromium runs with a throw-away profile, DevTools on 127.0.0.1 only (port chosen by Chromium, read from its
 ``DevToolsActivePort`` file), and is stopped by its recorded pid (``slicewise.stack.processes``), never by name.
 The client is websocket-client, already in the pinned stack.
 """

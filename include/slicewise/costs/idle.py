@@ -1,6 +1,6 @@
 """Why allocated GPUs sat idle, per namespace, with the evidence — and "not measured" where DCGM cannot say.
 
-Categories (thresholds are settings, README "Cost report"):
+Categories (thresholds are settings, docs/costs.md):
 
 - ``allocated_but_idle``: allocated GPU-hours not used (from the allocation rows; MPS tenants' part is an
   estimate there, and says so).

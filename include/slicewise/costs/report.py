@@ -59,7 +59,7 @@ def build_summary(
     generated_at: str,
     extra_notes: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``summary.json``: the keys the UI plugin reads (README "Cost report") plus the method notes."""
+    """``summary.json``: the keys the UI plugin reads (docs/costs.md) plus the method notes."""
     base = allocation.totals(rows)
     measured = base["gpuHours"] - base["unallocatedGpuHours"] - _unmeasured_tenant_hours(rows)
     tenant_used = float(rows.loc[rows["namespace"] != NO_WORKLOAD, "usedGpuHours"].sum())

@@ -10,8 +10,8 @@ the previous ones to the newest hour's fit (adaptive conformal inference in a da
 
 Off by default (``calibration_gain: 0``): on the public traces, by rolling-origin evaluation, calibrating on the
 newest hour made the P90 pinball loss worse, not better (one hour's windows are few and correlated, and the
-next hour is often unlike it; figures in README "Forecast accuracy"). The fit is still computed and logged
-every update (MLflow ``calibration.fit.*``), so its advice can be watched before it is trusted.
+next hour is often unlike it; figures in docs/benchmarks.md, "Forecast accuracy"). The fit is still computed
+and logged every update (MLflow ``calibration.fit.*``), so its advice can be watched before it is trusted.
 
 The factors are multiplicative because the model's forecasts scale with the load (an additive offset learned
 on a busy hour would misplace a quiet one), clipped to ``[e^-LIMIT, e^LIMIT]``, and left as they were where

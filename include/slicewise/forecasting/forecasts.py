@@ -182,7 +182,7 @@ def pending_demand(
     demand: pd.DataFrame, step_s: int, catalog: Catalog, quantile: float = 0.9
 ) -> list[DemandForecast]:
     """Pending GPU requests per kind over the frame's last hour: P50 and upper quantile of the per-step totals
-    (steps with nothing pending count as 0). A baseline forecast, stated as such in the README.
+    (steps with nothing pending count as 0). A baseline forecast, stated as such in docs/planner.md.
 
     Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
     request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``; a pod that declares a share

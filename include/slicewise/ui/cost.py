@@ -1,4 +1,4 @@
-"""The cost report's ``summary.json`` as the cost page shows it (README "Cost report" documents the keys).
+"""The cost report's ``summary.json`` as the cost page shows it (docs/costs.md documents the keys).
 
 Pure. Keys the page does not know are shown too (totals as extra rows, whole sections under their own
 names), so a richer summary never hides data.
@@ -121,7 +121,7 @@ def _sections(summary: Mapping[str, Any], currency: str) -> tuple[Section, ...]:
 
 
 def cost_view(summary: Mapping[str, Any], date: str) -> CostView:
-    """The report's ``summary.json`` as facts, tables and notes (README "Cost report" lists its keys). Keys
+    """The report's ``summary.json`` as facts, tables and notes (docs/costs.md lists its keys). Keys
     the page does not know are shown too: totals as extra rows, whole sections under their own names."""
     currency = str(summary.get("currency") or "")
     totals_raw = summary.get("totals")
