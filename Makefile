@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SLICEWISE_HOME ?= $(CURDIR)/var
 
-.PHONY: demo stop test lint typecheck unit integration bench venv system-deps clean
+.PHONY: demo stop test lint typecheck docs unit integration bench venv system-deps clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "error: cannot create a venv with $(PYTHON) (need Python 3.11)"; exit 1; }
@@ -33,17 +33,22 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# The reference under docs/ as a site in site/; strict (mkdocs.yml): a broken link or anchor, or a page missing
+# from the nav, fails. (No --quiet: it hides the warnings that strict mode counts.)
+docs: venv
+	$(BIN)/mkdocs build --strict
+
 unit: venv
 	$(BIN)/pytest tests/dags tests/unit
 
 integration: venv system-deps
 	$(BIN)/pytest tests/integration
 
-test: venv system-deps lint typecheck
+test: venv system-deps lint typecheck docs
 	$(BIN)/pytest tests
 
 bench: venv system-deps
 	$(BIN)/python benchmarks/ingest.py
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var site
