@@ -11,7 +11,7 @@ import pytest
 from slicewise.cluster.base import MIG_CONFIG_LABEL
 from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
-from slicewise.simulator.fleet import Fleet, FleetConfigError
+from slicewise.simulator.fleet import Applied, Fleet, FleetConfigError
 from tests.support.clock import WORKDAY_INSTANT, FakeClock
 
 NODE = "sim-a100-80-0"
@@ -100,3 +100,27 @@ def test_given_applied_layouts_then_with_applied_changes_only_those_nodes(fleet:
         fleet.with_applied({"nope": ("all-disabled", (), 1)})
     with pytest.raises(FleetConfigError):
         fleet.with_applied({"sim-h100-0": ("x", (("7g.80gb", 2),), 1)})
+
+
+def test_given_a_split_applied_then_capacity_and_scrape_show_mig_gpus_and_whole_gpus(
+    fleet: Fleet, clock: FakeClock
+) -> None:
+    split = Applied("sw-2of4-3g-2g-1gx2", (("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)), 1, 2)
+    changed = fleet.with_applied({NODE: split})
+    node = next(n for n in changed.nodes if n.name == NODE)
+    assert [node.gpu_has_mig(gpu) for gpu in range(node.gpus)] == [True, True, False, False]
+    capacity = {res: n for (name, res), n in changed.node_capacity().items() if name == NODE}
+    assert capacity == {
+        "nvidia_com_mig_1g_10gb": 4,
+        "nvidia_com_mig_2g_20gb": 2,
+        "nvidia_com_mig_3g_40gb": 2,
+        "nvidia_com_gpu": 2,
+    }
+    assert Fleet.from_config(changed.config).nodes == changed.nodes  # mig_gpus survives the config round trip
+    scraped = instances(FleetCollector(changed, clock=clock))[NODE]
+    profiles = {gpu: sorted(p for g, _, p, _ in scraped if g == gpu) for gpu in ("0", "1", "2", "3")}
+    assert profiles["0"] == profiles["1"] == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    assert profiles["2"] == profiles["3"] == [""]  # a whole GPU: no GPU_I_PROFILE label
+    for bad in (0, 4):
+        with pytest.raises(FleetConfigError, match="mig_gpus"):
+            fleet.with_applied({NODE: split._replace(mig_gpus=bad)})

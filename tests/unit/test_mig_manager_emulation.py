@@ -10,7 +10,7 @@ import pytest
 from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, GpuNode
 from slicewise.simulator.cluster import SimulatedCluster
 from slicewise.simulator.exporter import FleetCollector
-from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.fleet import Applied, Fleet
 from slicewise.simulator.frames import demand_rows
 from slicewise.simulator.mig_manager import OPERAND_LABELS, PAUSED
 from tests.support.clock import FakeClock
@@ -105,7 +105,7 @@ def test_given_a_drained_node_when_the_config_changes_then_pending_then_success(
     assert done.allocatable == {"nvidia.com/mig-3g.40gb": 8}
     assert done.labels["nvidia.com/mig-3g.40gb.count"] == "8"
     assert "nvidia.com/mig-1g.10gb.count" not in done.labels  # GFD relabelled
-    assert cluster.applied_layouts()["sim-a100-80-0"] == ("all-3g.40gb", (("3g.40gb", 2),), 1)
+    assert cluster.applied_layouts()["sim-a100-80-0"] == Applied("all-3g.40gb", (("3g.40gb", 2),), 1)
     # the new MIG devices hold new pods as soon as the node takes pods again, not while it is cordoned
     assert cluster.list_gpu_pods("sim-a100-80-0") == []
     cluster.uncordon("sim-a100-80-0")
@@ -234,11 +234,42 @@ def test_given_mig_disabled_under_an_mps_label_then_the_restarted_plugin_applies
     assert conditions(cluster, "sim-a100-40-0") == ()
 
 
-def test_given_a_per_gpu_split_config_then_failed_at_once_with_the_reason(cluster: SimulatedCluster) -> None:
+def test_given_a_per_gpu_split_config_then_half_the_gpus_carry_it_and_the_others_run_whole(
+    cluster: SimulatedCluster, fleet: Fleet, clock: FakeClock
+) -> None:
+    # sim-a100-80-0 has 4 GPUs: sw-2of4-* gives GPUs 0-1 one 3g, one 2g and two 1g instances, GPUs 2-3 no MIG.
+    drain(cluster, "sim-a100-80-0")
+    select(cluster, "sim-a100-80-0", "sw-2of4-3g-2g-1gx2")
+    clock.now += RECONFIGURE_S
+    node = cluster.get_node("sim-a100-80-0")
+    assert node.mig_config_state == "success"
+    assert node.allocatable == {
+        "nvidia.com/mig-3g.40gb": 2,
+        "nvidia.com/mig-2g.20gb": 2,
+        "nvidia.com/mig-1g.10gb": 4,
+        "nvidia.com/gpu": 2,
+    }
+    assert node.labels["nvidia.com/mig-1g.10gb.count"] == "4"
+    assert cluster.applied_layouts()["sim-a100-80-0"].mig_gpus == 2
+    # what dcgm-exporter reports follows: four MIG instances on each of GPUs 0-1, one whole device on 2 and 3
+    after = FleetCollector(fleet, clock=clock, state_path=cluster.state_path).fleet_at(clock.now)
+    layout = after.layout
+    node_no = next(i for i, n in enumerate(after.nodes) if n.name == "sim-a100-80-0")
+    on_node = layout.series_node == node_no
+    per_gpu = {gpu: int((on_node & (layout.series_gpu == gpu)).sum()) for gpu in range(4)}
+    assert per_gpu == {0: 4, 1: 4, 2: 1, 3: 1}
+    whole = [
+        layout.series_profile[r] for r in range(layout.n_series) if on_node[r] and layout.series_gpu[r] >= 2
+    ]
+    assert whole == ["", ""]
+
+
+def test_given_a_split_config_for_another_node_size_then_failed_at_once_with_the_reason(
+    cluster: SimulatedCluster,
+) -> None:
     before = cluster.get_node("sim-a100-80-0")
-    split = f"sw-{before.gpu_count // 2}of{before.gpu_count}-3g-2g-1gx2"
-    select(cluster, "sim-a100-80-0", split)
+    select(cluster, "sim-a100-80-0", "sw-4of8-3g-2g-1gx2")  # for 8-GPU nodes; this one has 4
     node = cluster.get_node("sim-a100-80-0")
     assert node.mig_config_state == "failed"
     assert node.allocatable == before.allocatable
-    assert any("one layout to every GPU" in c for c in conditions(cluster, "sim-a100-80-0"))
+    assert any("nodes of 8 GPUs, not 4" in c for c in conditions(cluster, "sim-a100-80-0"))

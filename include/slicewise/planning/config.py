@@ -38,8 +38,8 @@ class PlannerConfig:
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
-    # packing: also the per-GPU split configs (sw-<k>of<n>-*); off until the simulated fleet applies them.
-    split_layouts: bool = False
+    # packing: also the per-GPU split configs (sw-<k>of<n>-*: MIG on the first GPUs, the others whole).
+    split_layouts: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

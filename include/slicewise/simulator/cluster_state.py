@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 from slicewise.catalog import Catalog, CatalogError
 from slicewise.cluster.base import ClusterError
 from slicewise.simulator import mig_manager
-from slicewise.simulator.fleet import Fleet
+from slicewise.simulator.fleet import Applied, Fleet
 from slicewise.simulator.mig_manager import NodeState
 
 T = TypeVar("T")
 STATE_VERSION = 1
-#: Applied layouts as :meth:`Fleet.with_applied` takes them: node -> (mig config, devices per GPU, replicas).
-AppliedLayouts = dict[str, tuple[str, tuple[tuple[str, int], ...], int]]
+#: Applied layouts as :meth:`Fleet.with_applied` takes them, by node.
+AppliedLayouts = dict[str, Applied]
 
 
 class StateFile:
@@ -126,13 +126,14 @@ def initial_state(fleet: Fleet, catalog: Catalog, now: float, resource_version: 
     nodes: dict[str, NodeState] = {}
     for node in fleet.nodes:
         layout = tuple(sorted(node.mig_devices)) if node.mig_devices else None
+        layouts = tuple(layout if node.gpu_has_mig(gpu) else None for gpu in range(node.gpus))
         try:
             nodes[node.name] = mig_manager.initial_node(
                 node.name,
                 node.model,
                 node.gpus,
                 node.mig_config,
-                layout,
+                layouts,
                 node.device_plugin_config,
                 node.mps_replicas,
                 catalog,
@@ -180,12 +181,18 @@ def bump_changed(state: dict[str, Any], before: Mapping[str, str]) -> None:
 
 
 def applied_layouts(state: Mapping[str, Any]) -> AppliedLayouts:
-    """node -> (mig config, MIG devices per GPU (empty when MIG is off), MPS replicas) of a state document."""
+    """node -> what its GPUs carry (:class:`Applied`) in a state document."""
     out: AppliedLayouts = {}
     for name, node in state["nodes"].items():
         applied = node["applied"]
         devices = tuple(sorted((str(p), int(c)) for p, c in applied["mig_devices"] or ()))
-        out[name] = (str(applied["mig_config"]), devices, int(applied["mps_replicas"]))
+        mig_gpus = applied.get("mig_gpus")
+        out[name] = Applied(
+            str(applied["mig_config"]),
+            devices,
+            int(applied["mps_replicas"]),
+            None if mig_gpus is None else int(mig_gpus),
+        )
     return out
 
 

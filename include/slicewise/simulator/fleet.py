@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -46,7 +46,9 @@ class Workload:
 
 @dataclass(frozen=True)
 class Node:
-    """One Kubernetes GPU node. ``mig_devices`` is the per-GPU instance list; ``mps_replicas`` 0 = no MPS."""
+    """One Kubernetes GPU node. ``mig_devices`` is the instance list of each MIG GPU; ``mps_replicas`` 0 = no
+    MPS. ``mig_gpus``: how many GPUs (the first, by device index) carry ``mig_devices`` under a per-GPU split
+    config (``sw-<k>of<n>-*``), the others running whole with MIG disabled; None = every GPU."""
 
     name: str
     model: str
@@ -56,11 +58,32 @@ class Node:
     workloads: tuple[str, ...]
     mig_devices: tuple[tuple[str, int], ...] = ()
     mps_replicas: int = 0
+    mig_gpus: int | None = None
 
     @property
     def sharing(self) -> str:
         """``mig``, ``mps`` or ``none``."""
         return "mig" if self.mig_devices else "mps" if self.mps_replicas else "none"
+
+    @property
+    def mig_gpu_count(self) -> int:
+        """GPUs with MIG enabled."""
+        if not self.mig_devices:
+            return 0
+        return self.gpus if self.mig_gpus is None else self.mig_gpus
+
+    def gpu_has_mig(self, gpu: int) -> bool:
+        """Whether GPU ``gpu`` (device index) carries ``mig_devices``."""
+        return gpu < self.mig_gpu_count
+
+
+class Applied(NamedTuple):
+    """What the simulated cluster's MIG-manager emulation has applied to a node (:meth:`Fleet.with_applied`)."""
+
+    mig_config: str
+    mig_devices: tuple[tuple[str, int], ...]  # per MIG GPU; empty when MIG is off
+    mps_replicas: int  # 0 or 1 = no MPS
+    mig_gpus: int | None = None  # GPUs carrying mig_devices (the first ones); None = every GPU
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,12 +171,12 @@ class Fleet:
         for node in self.nodes:
             _validate_node(node, self.models, self.workloads)
 
-    def with_applied(self, layouts: Mapping[str, tuple[str, tuple[tuple[str, int], ...], int]]) -> Fleet:
+    def with_applied(self, layouts: Mapping[str, Applied | tuple[Any, ...]]) -> Fleet:
         """A new, validated fleet with the named nodes' sharing replaced; other nodes stay as they are.
 
-        ``layouts`` maps a node name to ``(mig_config, mig_devices per GPU, mps_replicas)``, i.e. what the
-        simulated cluster's MIG-manager emulation has applied; ``mps_replicas`` 0 or 1 means no MPS. Raises
-        FleetConfigError for an unknown node or a layout that does not fit.
+        ``layouts`` maps a node name to what the simulated cluster's MIG-manager emulation has applied
+        (:class:`Applied`, or a tuple of its fields). Raises FleetConfigError for an unknown node or a layout that
+        does not fit.
         """
         unknown = sorted(set(layouts) - {node.name for node in self.nodes})
         if unknown:
@@ -163,7 +186,7 @@ class Fleet:
             if node.name not in layouts:
                 nodes.append(node)
                 continue
-            mig_config, mig_devices, replicas = layouts[node.name]
+            mig_config, mig_devices, replicas, mig_gpus = Applied(*layouts[node.name])
             mps = int(replicas) if int(replicas) > 1 else 0  # one "replica" is a whole GPU, not MPS
             # Node.device_plugin_config is descriptive only; name it as the shipped configs are named.
             plugin = (
@@ -176,6 +199,7 @@ class Fleet:
                     mig_devices=tuple((str(p), int(c)) for p, c in mig_devices),
                     mps_replicas=mps,
                     device_plugin_config=plugin,
+                    mig_gpus=None if mig_gpus is None or not mig_devices else int(mig_gpus),
                 )
             )
         config = dict(self.config)
@@ -202,12 +226,12 @@ class Fleet:
         """``{(node, resource): count}`` advertised by the device plugin (capacity == allocatable here)."""
         out: dict[tuple[str, str], int] = {}
         for node in self.nodes:
-            if node.mig_devices:
-                for profile, count in node.mig_devices:
-                    key = (node.name, resource_name(profile))
-                    out[key] = out.get(key, 0) + count * node.gpus
-            else:
-                out[(node.name, "nvidia_com_gpu")] = node.gpus * max(1, node.mps_replicas)
+            for profile, count in node.mig_devices:
+                key = (node.name, resource_name(profile))
+                out[key] = out.get(key, 0) + count * node.mig_gpu_count
+            whole = node.gpus - node.mig_gpu_count
+            if whole:
+                out[(node.name, "nvidia_com_gpu")] = whole * max(1, node.mps_replicas)
         return out
 
     @cached_property
@@ -234,6 +258,7 @@ def _parse_node(raw: Mapping[str, Any]) -> Node:
         workloads=tuple(raw["workloads"]),
         mig_devices=tuple((str(p), int(c)) for p, c in mig.items()),
         mps_replicas=int(raw.get("mps_replicas", 0) or 0),
+        mig_gpus=None if raw.get("mig_gpus") is None else int(raw["mig_gpus"]),
     )
 
 
@@ -251,6 +276,8 @@ def _node_config(node: Node) -> dict[str, Any]:
         raw["mig_devices"] = dict(node.mig_devices)
     if node.mps_replicas:
         raw["mps_replicas"] = node.mps_replicas
+    if node.mig_gpus is not None:
+        raw["mig_gpus"] = node.mig_gpus
     return raw
 
 
@@ -265,6 +292,8 @@ def _validate_node(node: Node, models: Mapping[str, GpuModel], workloads: Mappin
     if node.mig_devices and node.mps_replicas:
         # k8s-device-plugin: "Sharing with MPS is currently not supported on devices with MIG enabled."
         raise FleetConfigError(f"{where}: MPS and MIG are mutually exclusive")
+    if node.mig_gpus is not None and not (node.mig_devices and 0 < node.mig_gpus < node.gpus):
+        raise FleetConfigError(f"{where}: mig_gpus must be 1..{node.gpus - 1} GPUs with a MIG layout")
     if node.mps_replicas < 0 or node.mps_replicas > 48:
         raise FleetConfigError(f"{where}: mps_replicas must be 0..48 (device plugin limit)")
     model = models[node.model]
@@ -288,6 +317,7 @@ def describe(fleet: Fleet) -> str:
     for node in fleet.nodes:
         sharing = (
             f"MIG {dict(node.mig_devices)}"
+            + ("" if node.mig_gpus is None else f" on GPUs 0-{node.mig_gpus - 1}, the others whole")
             if node.mig_devices
             else f"MPS x{node.mps_replicas}"
             if node.mps_replicas

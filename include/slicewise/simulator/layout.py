@@ -83,9 +83,9 @@ class Layout:
         return len(self.phys_node)
 
 
-def _series_of_gpu(node: Node, model: GpuModel) -> list[tuple[int, str, str, int, float, int]]:
-    """``(kind, profile, instance id, capacity MiB, compute weight, slots)`` of each series of one GPU."""
-    if not node.mig_devices:
+def _series_of_gpu(node: Node, gpu: int, model: GpuModel) -> list[tuple[int, str, str, int, float, int]]:
+    """``(kind, profile, instance id, capacity MiB, compute weight, slots)`` of each series of GPU ``gpu``."""
+    if not node.gpu_has_mig(gpu):
         kind = KIND_MPS if node.mps_replicas else KIND_WHOLE
         return [(kind, "", "", model.memory_mib, 1.0, max(1, node.mps_replicas))]
     instances = [(p, model.profiles[p]) for p, count in node.mig_devices for _ in range(count)]
@@ -121,7 +121,7 @@ def build_layout(fleet: Fleet) -> Layout:
                 f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",
                 f"00000000:{_PCI_BUSES[gpu % 8] + gpu // 8:02X}:00.0",
             ))  # fmt: skip
-            gpu_series = sorted(_series_of_gpu(node, model), key=lambda s: s[2])
+            gpu_series = sorted(_series_of_gpu(node, gpu, model), key=lambda s: s[2])
             for kind, profile, gi_id, capacity, weight, n_slots in gpu_series:
                 r = len(series)
                 series.append((node_no, gpu, p, kind, capacity, weight, len(slots), profile, gi_id))

@@ -9,7 +9,9 @@ docs (docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-m
 
 - MIG manager (§1.2): it reacts only to a *change* of ``nvidia.com/mig.config``, ``pickup_s`` after it first
   sees it (0 by default; a real one is woken by a node watch), its state label still the previous one meanwhile.
-  An unknown name or one with no layout for the node's model -> ``failed`` at once (``assert --valid-config``);
+  An unknown name, one with no layout for the node's model, or a per-GPU split config (``sw-<k>of<n>-*``: the
+  layout on GPUs 0..k-1, the others MIG-disabled, as mig-parted's ``devices: [...]`` entries) for another number
+  of GPUs -> ``failed`` at once (``assert --valid-config``);
   a layout already on the GPUs -> ``success`` at once, with no ``pending`` phase; otherwise ``pending`` with the
   operand labels ``nvidia.com/gpu.deploy.*`` set to ``paused-for-mig-change``, and after ``reconfigure_s`` the
   apply: it fails when user GPU pods still run on the node (the MIG manager never evicts them, §1.3), else the
@@ -26,9 +28,9 @@ docs (docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
-from slicewise.catalog import Catalog, CatalogError, Layout, layout_capacity, resource_for_profile
+from slicewise.catalog import Catalog, CatalogError, Layout, gpus_capacity, resource_for_profile
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
@@ -63,7 +65,10 @@ class AppliedState(TypedDict):
     """What is really on the GPUs: only the MIG manager and the device plugin change it."""
 
     mig_config: str  # the config name the layout was applied under
-    mig_devices: list[list[Any]] | None  # [[profile, count], ...] per GPU; None = MIG disabled
+    mig_devices: list[list[Any]] | None  # [[profile, count], ...] per MIG GPU; None = MIG disabled
+    # GPUs (the first, by device index) carrying mig_devices under a per-GPU split config, the others whole;
+    # None or absent (state files written before splits) = every GPU.
+    mig_gpus: NotRequired[int | None]
     mps_replicas: int  # 1 = no MPS
     since: float  # when these MIG devices / MPS tenants appeared (0: before the simulation began)
 
@@ -107,9 +112,31 @@ RunningPods = Callable[[float], list[str]]
 
 
 def applied_layout(node: NodeState) -> Layout | None:
-    """The per-GPU layout on the node's GPUs (None = MIG disabled), in the catalogue's canonical form."""
+    """The layout on the node's MIG GPUs (None = MIG disabled everywhere), in the catalogue's canonical form."""
     devices = node["applied"]["mig_devices"]
     return None if devices is None else tuple(sorted((str(p), int(c)) for p, c in devices))
+
+
+def applied_mig_gpus(node: NodeState) -> int:
+    """How many GPUs (the first, by device index) carry the applied MIG layout."""
+    if node["applied"]["mig_devices"] is None:
+        return 0
+    count = node["applied"].get("mig_gpus")
+    return node["gpus"] if count is None else int(count)
+
+
+def applied_gpu_layouts(node: NodeState) -> tuple[Layout | None, ...]:
+    """The layout of each GPU by device index, as :meth:`Catalog.gpu_layouts` gives a config's."""
+    mig = applied_mig_gpus(node)
+    return (applied_layout(node),) * mig + (None,) * (node["gpus"] - mig)
+
+
+def _set_applied_mig(applied: AppliedState, layouts: tuple[Layout | None, ...]) -> None:
+    """Record per-GPU ``layouts`` as ``mig_devices`` / ``mig_gpus`` (the MIG GPUs come first and share one
+    layout in every config the catalogue ships)."""
+    mig = [lay for lay in layouts if lay is not None]
+    applied["mig_devices"] = [[p, c] for p, c in mig[0]] if mig else None
+    applied["mig_gpus"] = None if not mig or len(mig) == len(layouts) else len(mig)
 
 
 def initial_node(
@@ -117,12 +144,14 @@ def initial_node(
     model: str,
     gpus: int,
     mig_config: str,
-    layout: Layout | None,
+    layouts: tuple[Layout | None, ...],
     device_plugin_config: str,
     mps_replicas: int,
     catalog: Catalog,
 ) -> NodeState:
-    """A node as the GPU Operator leaves it after a successful start: labels, allocatable, operands up."""
+    """A node as the GPU Operator leaves it after a successful start: labels, allocatable, operands up.
+
+    ``layouts``: the layout of each GPU by device index (None = MIG disabled)."""
     node: NodeState = {
         "model": model,
         "gpus": gpus,
@@ -144,7 +173,7 @@ def initial_node(
         "resource_version": "",
         "applied": {
             "mig_config": mig_config,
-            "mig_devices": None if layout is None else [[p, c] for p, c in layout],
+            "mig_devices": None,
             "mps_replicas": max(1, mps_replicas),
             "since": 0.0,
         },
@@ -160,6 +189,7 @@ def initial_node(
         "device_plugin": {"seen": device_plugin_config, "target": None, "due": None, "error": ""},
         "evicted": {},
     }
+    _set_applied_mig(node["applied"], layouts)
     _refresh_resources(node, catalog)
     return node
 
@@ -233,17 +263,11 @@ def _mig_config_changed(node: NodeState, catalog: Catalog, now: float, reconfigu
     wanted = node["labels"][MIG_CONFIG_LABEL]
     manager["seen"] = wanted
     try:
-        target = catalog.layout_of(wanted, node["model"])
+        target = catalog.gpu_layouts(wanted, node["model"], node["gpus"])
     except CatalogError as exc:  # nvidia-mig-parted assert --valid-config
         _set_state(node, "failed", f"{wanted!r} is not a valid config for this node: {exc}")
         return
-    if catalog.mig_config(wanted).split is not None:
-        # The emulated GPUs (and the simulator's exporter) carry one layout for all of a node's GPUs.
-        _set_state(
-            node, "failed", f"{wanted!r} is per-GPU: the simulated fleet applies one layout to every GPU"
-        )
-        return
-    if target == applied_layout(node):  # nvidia-mig-parted assert: already applied, no pending phase
+    if target == applied_gpu_layouts(node):  # nvidia-mig-parted assert: already applied, no pending phase
         node["applied"]["mig_config"] = wanted
         _set_state(node, "success", f"{wanted} is already applied")
         return
@@ -276,14 +300,10 @@ def _finish_mig_change(node: NodeState, catalog: Catalog, at: float, running: Ru
         shown = ", ".join(busy[:3]) + (f" and {len(busy) - 3} more" if len(busy) > 3 else "")
         _set_state(node, "failed", f"mig-parted apply of {target} failed: GPUs in use by {shown}")
         return
-    layout = catalog.layout_of(target, node["model"])
-    node["applied"].update(
-        {
-            "mig_config": target,
-            "mig_devices": None if layout is None else [[p, c] for p, c in layout],
-            "since": at,
-        }
-    )
+    layouts = catalog.gpu_layouts(target, node["model"], node["gpus"])
+    node["applied"].update({"mig_config": target, "since": at})
+    _set_applied_mig(node["applied"], layouts)
+    layout = applied_layout(node)
     node["evicted"].clear()  # new MIG devices: new slots, new pods
     # The device plugin comes back with the operands and reads its config label afresh.
     plugin = node["device_plugin"]
@@ -360,14 +380,13 @@ def _finish_plugin_change(node: NodeState, catalog: Catalog, at: float) -> None:
 def _refresh_resources(node: NodeState, catalog: Catalog) -> None:
     """Allocatable and GFD labels from what is applied (GFD relabels when the operands come back)."""
     model = catalog.model(node["model"])
-    layout = applied_layout(node)
     replicas = node["applied"]["mps_replicas"]
-    node["allocatable"] = layout_capacity(model, layout, node["gpus"], replicas)
+    node["allocatable"] = gpus_capacity(model, applied_gpu_layouts(node), replicas)
     labels = node["labels"]
     for key in [k for k in labels if k.startswith("nvidia.com/mig-") and k.endswith(".count")]:
         del labels[key]
-    for profile, count in layout or ():
-        labels[resource_for_profile(profile) + ".count"] = str(count * node["gpus"])
+    for profile, count in applied_layout(node) or ():
+        labels[resource_for_profile(profile) + ".count"] = str(count * applied_mig_gpus(node))
     labels[GPU_PRODUCT_LABEL] = model.gpu_product + (SHARED_SUFFIX if replicas > 1 else "")
     labels[GPU_COUNT_LABEL] = str(node["gpus"])
     labels[REPLICAS_LABEL] = str(replicas)

@@ -65,8 +65,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--split-layouts",
-        action="store_true",
-        help="the planner may propose per-GPU split configs, sw-<k>of<n>-* (planner_split_layouts=true)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the planner may propose per-GPU split configs, sw-<k>of<n>-* (planner_split_layouts; default on, "
+        "as production)",
     )
     parser.add_argument(
         "--consolidation",

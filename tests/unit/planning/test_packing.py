@@ -259,7 +259,7 @@ def test_a_split_config_hosts_a_running_multi_gpu_pod_and_pending_small_requests
     whole = node("h1", model="H100-80GB", mig_config="all-disabled", gpus=8)
     running = pod("train-1", "h1", "nvidia.com/gpu", 4)
     inputs = ([observe(whole, running)], forecasts(whole_gpu_load("h1", 8, 0.5), {MIG_1G: 28}))
-    (split,) = plan_fleet(*inputs, catalog, PlannerConfig(split_layouts=True), NOW).nodes
+    (split,) = plan_fleet(*inputs, catalog, PlannerConfig(), NOW).nodes  # split configs are on by default
     assert split.action == CHANGE
     assert split.desired.mig_config == "sw-4of8-1gx7"
     layouts = catalog.gpu_layouts(split.desired.mig_config, "H100-80GB", 8)
@@ -268,5 +268,5 @@ def test_a_split_config_hosts_a_running_multi_gpu_pod_and_pending_small_requests
     assert "MIG 7 x 1g.10gb on 4 of 8 GPUs, 4 whole" in " ".join(split.reasons)
     # Without split configs no layout keeps the 4-GPU pod and serves the slices at once
     # (all-1g on 8 GPUs would evict the pod with nowhere to go): the node stays whole and the slices wait.
-    (homogeneous,) = plan_fleet(*inputs, catalog, PlannerConfig(), NOW).nodes
+    (homogeneous,) = plan_fleet(*inputs, catalog, PlannerConfig(split_layouts=False), NOW).nodes
     assert homogeneous.action == KEEP and homogeneous.pending_served == {}
