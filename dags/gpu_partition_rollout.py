@@ -95,16 +95,14 @@ def gpu_partition_rollout() -> None:
     def finish(started: dict[str, Any], **context: Any) -> str | None:
         return _steps().finish(_run(context), started)
 
-    @step(trigger_rule="all_done", retries=3)
-    def rollback(started: dict[str, Any] | None, **context: Any) -> dict[str, Any]:
-        return _steps().rollback(_run(context), started)  # started is None when start_rollout did not run
+    @step(retries=3)
+    def rollback(started: dict[str, Any], **context: Any) -> dict[str, Any]:
+        return _steps().rollback(_run(context), started)
 
     @step(trigger_rule="all_done", outlets=[ROLLOUT])
-    def report_rollout(
-        started: dict[str, Any] | None, result: dict[str, Any], **context: Any
-    ) -> dict[str, Any]:
+    def report_rollout(rolled_back: dict[str, Any] | None, **context: Any) -> dict[str, Any]:
         steps = _steps()
-        extra = steps.report(_run(context), started)
+        extra = steps.report(_run(context), rolled_back)  # None when the rollout never started
         context["outlet_events"][ROLLOUT].extra = extra
         steps.check_promoted(extra)  # the watcher: a rollback that succeeded still fails the run
         return extra
@@ -126,15 +124,21 @@ def gpu_partition_rollout() -> None:
 
     summary: Any = plan_nodes(forecast(), observe_cluster())
     publish_plan(summary)
-    started: Any = start_rollout(summary)
+    # start_rollout / rollback are Airflow's setup / teardown pair: the rollback runs whenever the rollout started,
+    # however the waves end — even when a person marks the run failed or successful — and is skipped with it in
+    # recommend mode. A start that failed changed no node; the next run's start rolls back what it left behind.
+    started: Any = start_rollout(summary).as_setup()
     previous: Any = started
     for index in range(MAX_WAVES):
         previous = wave(index, started, previous)
     finished: Any = finish(started)
     previous >> finished
-    result: Any = rollback(started)
+    result: Any = rollback(started).as_teardown(setups=started)
     finished >> result
-    report_rollout(started, result)
+    # A teardown does not count for the run's state: report_rollout (all_done, so it reads the rollout id from
+    # the teardown, as only all_success tasks may follow a setup) is the watcher that fails the run unless the
+    # rollout was promoted.
+    report_rollout(result)
 
 
 def _steps() -> Any:

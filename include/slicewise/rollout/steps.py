@@ -173,23 +173,25 @@ def finish(run: RolloutRun, started: Mapping[str, Any]) -> str | None:
     return engine.finish(run.rollouts(), started["rollout_id"])
 
 
-def rollback(run: RolloutRun, started: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Restore every node of a rollout that is rolling back, or that a failed task left running (``started``:
-    None when ``start`` did not run)."""
+def rollback(run: RolloutRun, started: Mapping[str, Any]) -> dict[str, Any]:
+    """Restore every node of a rollout that is rolling back, or that a failed task left running; the answer
+    carries the ``rollout_id`` on to ``report``."""
     from slicewise.rollout import engine
 
+    rollout_id = started.get("rollout_id")
     if run.mode != APPLY:
-        return {"rolled_back": False}
-    return engine.rollback(run.rollouts(), (started or {}).get("rollout_id"))
+        return {"rolled_back": False, "rollout_id": rollout_id}
+    return {**engine.rollback(run.rollouts(), rollout_id), "rollout_id": rollout_id}
 
 
-def report(run: RolloutRun, started: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``slicewise_rollout`` event's extra in apply mode; RolloutNotPromoted when the rollout was rolled
-    back, failed or never started (a rollback that succeeded is still a failed rollout: the run says so)."""
+def report(run: RolloutRun, rolled_back: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``slicewise_rollout`` event's extra in apply mode, from ``rollback``'s answer (None when the rollout
+    never started); RolloutNotPromoted when the rollout was rolled back, failed or never started (a rollback
+    that succeeded is still a failed rollout: the run says so)."""
     from slicewise.rollout import engine
 
     run.applying("publish_plan reported the plan")
-    outcome = engine.report(run.rollouts(), (started or {}).get("rollout_id"))
+    outcome = engine.report(run.rollouts(), (rolled_back or {}).get("rollout_id"))
     return {"mode": APPLY, "run_id": run.run_id, **outcome}
 
 

@@ -23,7 +23,7 @@ def test_rollout_tasks_skip_in_recommend_mode_and_the_plan_is_published_only_the
         steps.start(recommend, {"paths": {"plan.json": "unused"}})
     with pytest.raises(NotYet, match="recommend mode"):
         steps.report(recommend, None)
-    assert steps.rollback(recommend, None) == {"rolled_back": False}
+    assert steps.rollback(recommend, {"rollout_id": 7}) == {"rolled_back": False, "rollout_id": 7}
     now = datetime(2026, 12, 1, 10, 45, tzinfo=UTC)
     extra = steps.publish_plan(recommend, {"counts": {"keep": 3}}, now)
     assert extra == {"mode": "recommend", "run_id": recommend.run_id, "counts": {"keep": 3}}
