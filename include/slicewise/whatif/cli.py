@@ -96,6 +96,12 @@ def register(subparsers: Any) -> None:
         help="run time an evicted pod loses (restart, image, warm-up; default 300)",
     )
     parser.add_argument(
+        "--scale-up-s",
+        type=float,
+        default=300.0,
+        help="seconds the autoscaler takes to add back a node a consolidation released (default 300)",
+    )
+    parser.add_argument(
         "--drain-cap-days",
         type=float,
         default=30.0,
@@ -157,8 +163,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         trace, nodes = load_pods(args.pods, args.times_from), load_nodes(args.nodes)
     else:
         raise ValueError("give --pods and --nodes, or --prometheus with --since")
-    if args.reconfigure_s < 0 or args.eviction_cost_s < 0 or args.drain_cap_days < 0:
-        raise ValueError("--reconfigure-s, --eviction-cost-s and --drain-cap-days must be >= 0")
+    if min(args.reconfigure_s, args.eviction_cost_s, args.scale_up_s, args.drain_cap_days) < 0:
+        raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
     if args.days is not None and args.days <= 0:
         raise ValueError("--days must be > 0")
     if args.saturate and args.size_for_wait is not None:
@@ -177,6 +183,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         reconfigure_s=args.reconfigure_s,
         eviction_cost_s=args.eviction_cost_s,
         drain_cap_s=args.drain_cap_days * 86_400,
+        scale_up_s=args.scale_up_s,
         planner=dataclasses.replace(
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,

@@ -7,8 +7,12 @@ the policy's planner (Slicewise's ``plan_fleet``, unchanged) sees the nodes, the
 ``change`` verdicts are applied: the node's pods are evicted and requeue (ahead of later arrivals, with their
 remaining run time plus ``eviction_cost_s`` of restart and warm-up), and the node takes ``reconfigure_s``
 before its new slots exist (``drain_s`` for a consolidation, which keeps the configuration: the node stays
-cordoned while its pods find room elsewhere). The planner's own guard rails apply as in production: hysteresis,
-dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget.
+cordoned while its pods find room elsewhere). A consolidation that only empties the node
+(``planner_consolidation=nodes``: the plan hosts nothing there) releases it: the cluster autoscaler removes it,
+and the scheduler model places nothing there until a pod fits no node in service; the autoscaler then adds it
+back, empty, after ``scale_up_s`` (one node at a time per kind of request). The planner's own guard rails apply
+as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
+the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
 ``drain_cap_s``).
 
@@ -37,6 +41,7 @@ from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, GpuPod
 from slicewise.forecasting.baselines import mean_last_hour, p90_last_hour
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning.config import PlannerConfig
+from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import DesiredState, NodeObservation
@@ -63,6 +68,7 @@ class BacktestConfig:
     )
     eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
     drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
+    scale_up_s: float = 300.0  # the autoscaler takes this long to add back a node released by a consolidation
     step_s: int = 300  # load samples for the forecaster's baselines
     # As production: act on the baseline forecast; nodes without MIG are left alone unless asked.
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
@@ -119,6 +125,8 @@ class Replay:
         self.meter = Meter(self.start, len(nodes))
         self.history: dict[int, list[tuple[float, float]]] = {}  # node -> (time, load per GPU) changes
         self.pending_changes: dict[int, tuple[str, str]] = {}
+        self.releasing: set[int] = set()  # nodes being drained that the autoscaler removes once empty
+        self.adding: set[int] = set()  # released nodes the autoscaler is adding back
         self.last_event = -math.inf
         self.last_plan_changed = True
         self.last_change_any = -math.inf
@@ -178,20 +186,27 @@ class Replay:
             self.node_of[subject] = -1
             self.running -= 1
             self._try(list(self.queue), when)
-        else:  # BACK: a reconfigured node returns with its new slots
+        elif subject in self.adding:  # BACK: the autoscaler added a released node back
+            self.adding.discard(subject)
+            self.fleet.restore(self.fleet.nodes[subject])
+            self._try(list(self.queue), when)
+        else:  # BACK: a reconfigured node returns with its new slots (or, released, is removed)
             node = self.fleet.nodes[subject]
             self.fleet.back(node, *self.pending_changes.pop(subject))
+            if subject in self.releasing:
+                self.releasing.discard(subject)
+                self.fleet.release(node)
             self._try(list(self.queue), when)
 
     def _try(self, candidates: list[int], when: float) -> None:
-        failed: set[Ask] = set()  # an ask that did not fit cannot fit later in this pass
+        failed: dict[Ask, None] = {}  # an ask that did not fit cannot fit later in this pass (in queue order)
         for pod_id in candidates:
             ask = self.asks[pod_id]
             if ask in failed:
                 continue
             found = self.fleet.find(ask)
             if found is None:
-                failed.add(ask)
+                failed[ask] = None
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
@@ -206,6 +221,25 @@ class Replay:
             heapq.heappush(
                 self.events, (when + self.remaining[pod_id], DEPART, pod_id, int(self.epoch[pod_id]))
             )
+        if failed and self.fleet.released.any():
+            self._scale_up(list(failed), when)
+
+    def _scale_up(self, asks: list[Ask], when: float) -> None:
+        """The autoscaler adds a released node for each kind of request that fits no node in service, unless a
+        node it is adding already hosts that kind."""
+        for ask in asks:
+            if any(
+                self.fleet.nodes[i].fit(ask.gpus, ask.share) is not None
+                for i in self.adding
+                if self.fleet.eligible(ask.models)[i]
+            ):
+                continue
+            index = self.fleet.to_add(ask, self.adding)
+            if index is None:
+                continue
+            self.adding.add(index)
+            self.meter.node_added()
+            heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
 
     def _enqueue(self, pod_id: int) -> None:
         bisect.insort(self.queue, pod_id)
@@ -240,6 +274,8 @@ class Replay:
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:
             self._reconfigure(self.fleet.by_name[node_plan.node], node_plan.desired, now)
+            if node_plan.rule == CONSOLIDATED and not node_plan.pending_served:
+                self.releasing.add(self.index[node_plan.node])
         self.last_plan_changed = bool(changed)
         if changed:
             self.last_change_any = now
@@ -271,7 +307,7 @@ class Replay:
 
     def _observations(self, now: float) -> list[NodeObservation]:
         out = []
-        for node in self.fleet.nodes:
+        for index, node in enumerate(self.fleet.nodes):
             annotations = (
                 {LAST_CHANGE_ANNOTATION: _moment(node.last_change).isoformat()}
                 if node.last_change is not None
@@ -285,7 +321,7 @@ class Replay:
                 mig_config_state="success" if node.available else "pending",
                 device_plugin_config=node.plugin,
                 allocatable={},
-                unschedulable=False,
+                unschedulable=bool(self.fleet.released[index]) or index in self.adding,  # as if gone
                 annotations=annotations,
             )
             pods = tuple(
@@ -360,6 +396,7 @@ class Replay:
             setattr(twin, name, getattr(self, name).copy())
         twin.queued_demand = Counter(self.queued_demand)
         twin.pending_changes = dict(self.pending_changes)
+        twin.releasing, twin.adding = set(self.releasing), set(self.adding)
         twin.history = {}
         twin.meter = Meter(now, 0)
         samples = []

@@ -23,13 +23,17 @@ Both scores are taken over the node's GPU capacity (the share of its GPUs its ta
 scheduler scores ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` when they are among its scored resources; the
 trace's CPU and memory are not modelled. Ties go to the first node in name order (kube-scheduler picks one of
 the tied nodes at random). Nothing fits -> the pod waits.
+
+A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
+placed there; when a pod fits no other node, the autoscaler adds one back (:meth:`ReplayFleet.to_add`, the
+replay charges the time it takes).
 """
 
 from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,6 +194,7 @@ class ReplayFleet:
         self.allocated = np.zeros(len(nodes))
         self.sizes = np.array([n.gpus for n in nodes], dtype=float)
         self.up = np.ones(len(nodes), dtype=bool)
+        self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
@@ -213,6 +218,7 @@ class ReplayFleet:
         twin.free = Counter(self.free)
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up = self.allocated.copy(), self.up.copy()
+        twin.released = self.released.copy()
         twin.owned = set()
         return twin
 
@@ -298,6 +304,39 @@ class ReplayFleet:
         self.away_gpus -= node.gpus
         self.free.update(node.free_shares())
         self.nodes_by_free_whole[node.free_whole()] += 1
+
+    def release(self, node: SimNode) -> None:
+        """The autoscaler removes an empty, available node: no pod is placed there until :meth:`restore`."""
+        node = self.own(node)
+        position = self.position[node.name]
+        if node.pods or not node.available or self.released[position]:
+            raise RuntimeError(f"{node.name}: only an empty node that takes pods can be released")
+        self.free.subtract(node.free_shares())
+        self.nodes_by_free_whole[node.free_whole()] -= 1
+        self.up[position] = False
+        self.released[position] = True
+
+    def restore(self, node: SimNode) -> None:
+        """A released node is back (the autoscaler added it), empty, in the configuration it had."""
+        node = self.own(node)
+        position = self.position[node.name]
+        if not self.released[position]:
+            raise RuntimeError(f"{node.name}: not released")
+        self.released[position] = False
+        self.up[position] = True
+        self.free.update(node.free_shares())
+        self.nodes_by_free_whole[node.free_whole()] += 1
+
+    def to_add(self, ask: Ask, exclude: Collection[int] = ()) -> int | None:
+        """The released node the autoscaler adds for a request no node in service fits (by position), or None:
+        the smallest that hosts it, then the first in name order (the ``least-waste`` expander's choice)."""
+        candidates = np.flatnonzero(self.released & self.eligible(ask.models))
+        fitting = [
+            int(i)
+            for i in candidates
+            if int(i) not in exclude and self.nodes[i].fit(ask.gpus, ask.share) is not None
+        ]
+        return min(fitting, key=lambda i: (self.sizes[i], i)) if fitting else None
 
     def fragmentation(self, requests: Counter[tuple[int, float]]) -> float | None:
         """The expected share of free capacity that cannot host a request drawn from ``requests`` ((gpus,

@@ -14,7 +14,8 @@ Headline figures, what operators pay for:
 - ``gpus_releasable``: GPUs of whole nodes with no pod (not being reconfigured), time-averaged: what an
   autoscaler could have removed.
 - ``reconfigs_per_node_hour``, ``consolidations``, ``pods_evicted``: layout or MPS changes applied, nodes drained
-  of their pods without a change (consolidation), and the pods both evicted.
+  of their pods without a change (consolidation), and the pods both evicted; ``nodes_added``: nodes a
+  consolidation released that the autoscaler added back for pods with nowhere else to go.
 
 Kept beside them:
 
@@ -105,6 +106,7 @@ class PolicyResult:
     planner_runs: int
     end_s: float  # when the replay ended: the window's end, or later while pods were still to be served
     allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
+    nodes_added: int = 0  # released nodes the autoscaler added back (engine)
     hours: list[HourRecord] = field(default_factory=list, repr=False)
 
     def headline(self) -> dict[str, Any]:
@@ -127,7 +129,7 @@ class Meter:
         self.work = self.busy_gpus = self.node_gpus = self.cost = self.releasable = 0.0  # integrals (x s)
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
-        self.reconfigs = self.evictions = self.plans = self.consolidations = 0
+        self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = 0
         self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
@@ -204,6 +206,10 @@ class Meter:
     def evicted(self) -> None:
         self.evictions += 1
 
+    def node_added(self) -> None:
+        """The autoscaler added back a node released by a consolidation."""
+        self.added += 1
+
     def result(
         self, policy: str, waited: np.ndarray, classes: np.ndarray, still_waiting: int, fleet: FleetState
     ) -> PolicyResult:
@@ -232,5 +238,6 @@ class Meter:
             planner_runs=self.plans,
             end_s=self.last,
             allocated_at_end=float(fleet.work),
+            nodes_added=self.added,
             hours=self.hours,
         )

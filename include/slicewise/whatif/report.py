@@ -41,6 +41,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "drain_s": config.drain_s,
             "eviction_cost_s": config.eviction_cost_s,
             "drain_cap_s": config.drain_cap_s,
+            "scale_up_s": config.scale_up_s,
             "price_per_gpu_hour": config.price_per_gpu_hour,
             "prices": dict(config.prices),
             "planner": {

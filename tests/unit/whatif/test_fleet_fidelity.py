@@ -10,6 +10,7 @@ import pytest
 
 from slicewise.catalog import CatalogError, load_catalog
 from slicewise.whatif.engine import BacktestConfig, Replay
+from slicewise.whatif.fleet import Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import UNNAMED, parse_model_map, resolve_models
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import POLICIES
@@ -225,3 +226,49 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     off = dataclasses.replace(config, planner=dataclasses.replace(planner, consolidation="off"))
     stuck = replay("reactive", pods, TWO_NODES, end=30_000, config=off)
     assert stuck.consolidations == 0 and stuck.wait_mean_s == pytest.approx((20_000 - 10) / 3)
+
+
+def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_else() -> None:
+    # First-fit: a and b on n1 (2 GPUs), c on n2 (4 GPUs). b leaves at 101. At 3600 s n2 holds 1 of its 4 GPUs
+    # (planner_consolidation=nodes): c fits n1's free GPU, so n2 is emptied and released; the autoscaler removes
+    # it. d at 4000 s fits no node in service: the autoscaler adds n2 back 200 s later and d starts there.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
+    pods = [
+        pod("a", 0, 20_000, 1.0),
+        pod("b", 1, 100, 1.0),
+        pod("c", 2, 20_000, 1.0),
+        pod("d", 4000, 1000, 1.0),
+    ]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
+    config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
+    result = replay("packing", pods, nodes, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted, result.nodes_added) == (1, 1, 1)
+    assert result.wait_mean_s == pytest.approx(200 / 4)  # c moves at once; d waits for n2
+    # n1: 0 -> 20,002 (c's last 16,402 s from 3600); n2: c 2-3600, d 4200-5200.
+    assert result.node_gpu_hours == pytest.approx((2 * 20_002 + 4 * (3598 + 1000)) / 3600)
+    # Emptied for whole-GPU demand instead (the default mode), a node is not released: none here.
+    default = dataclasses.replace(config, planner=dataclasses.replace(planner, consolidation="whole-gpus"))
+    kept = replay("packing", pods, nodes, end=30_000, config=default)
+    assert (kept.consolidations, kept.nodes_added, kept.wait_mean_s) == (0, 0, 0.0)
+
+
+def test_released_nodes_take_no_pods_and_the_smallest_fitting_one_is_added_back() -> None:
+    nodes = [
+        SimNode(name, gpus, CATALOG.model("A100-80GB"), CATALOG, "all-disabled", "default")
+        for name, gpus in (("n1", 8), ("n2", 2), ("n3", 4))
+    ]
+    fleet = ReplayFleet(nodes)
+    fleet.release(nodes[0])
+    fleet.release(nodes[1])
+    found = fleet.find(Ask(1, 1.0))
+    assert found is not None and found[0].name == "n3"  # n1 is first by name, but gone
+    assert fleet.could_fit(Ask(4, 1.0)) and fleet.find(Ask(8, 1.0)) is None
+    assert fleet.to_add(Ask(1, 1.0)) == 1  # n2: the smallest released node that hosts it
+    assert fleet.to_add(Ask(1, 1.0), exclude={1}) == 0
+    assert fleet.to_add(Ask(4, 1.0)) == 0
+    fleet.restore(nodes[1])
+    assert fleet.releasable_gpus == 14 and fleet.free[1.0] == 6
+    with pytest.raises(RuntimeError, match="not released"):
+        fleet.restore(nodes[1])
