@@ -133,11 +133,11 @@ def gpu_partition_rollout() -> None:
         previous = wave(index, started, previous)
     finished: Any = finish(started)
     previous >> finished
-    result: Any = rollback(started).as_teardown(setups=started)
+    result: Any = rollback(started).as_teardown(setups=started, on_failure_fail_dagrun=True)
     finished >> result
-    # A teardown does not count for the run's state: report_rollout (all_done, so it reads the rollout id from
-    # the teardown, as only all_success tasks may follow a setup) is the watcher that fails the run unless the
-    # rollout was promoted.
+    # A failed rollback fails the run (a teardown's failure does not, by default). report_rollout (all_done; it
+    # reads the rollout id from the teardown, as only all_success tasks may follow a setup) is the watcher that
+    # fails the run unless the rollout was promoted.
     report_rollout(result)
 
 

@@ -185,17 +185,27 @@ def rollback(run: RolloutRun, started: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def report(run: RolloutRun, rolled_back: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``slicewise_rollout`` event's extra in apply mode, from ``rollback``'s answer (None when the rollout
-    never started); RolloutNotPromoted when the rollout was rolled back, failed or never started (a rollback
-    that succeeded is still a failed rollout: the run says so)."""
+    """The ``slicewise_rollout`` event's extra in apply mode, from ``rollback``'s answer.
+
+    ``rolled_back`` is None when the teardown did not run or failed (``start_rollout`` failed, or the rollback
+    gave up): the outcome is then read from this run's rollout in the ledger, or is ``not started``."""
     from slicewise.rollout import engine
 
     run.applying("publish_plan reported the plan")
-    outcome = engine.report(run.rollouts(), (rolled_back or {}).get("rollout_id"))
-    return {"mode": APPLY, "run_id": run.run_id, **outcome}
+    ctx = run.rollouts()
+    if rolled_back is not None:
+        rollout_id = rolled_back.get("rollout_id")
+    else:
+        ours = [r for r in ctx.ledger.recent_rollouts(ctx.cluster) if r.run_id == ctx.run_id]
+        if not ours:
+            reason = "start_rollout or rollback did not finish: their logs say why"
+            return {"mode": APPLY, "run_id": run.run_id, "outcome": "not started", "reason": reason}
+        rollout_id = ours[0].id
+    return {"mode": APPLY, "run_id": run.run_id, **engine.report(ctx, rollout_id)}
 
 
 def check_promoted(extra: Mapping[str, Any]) -> None:
-    """RolloutNotPromoted unless ``report``'s outcome is a promoted (or empty) rollout."""
-    if extra["outcome"] in ("rolled_back", "failed", "not started"):
+    """RolloutNotPromoted unless ``report``'s outcome is a promoted rollout or a plan that changes nothing (a
+    rollout still running, paused or rolling back when the run ends was left half done: that fails too)."""
+    if extra["outcome"] not in ("promoted", "nothing to change"):
         raise RolloutNotPromoted(f"rollout {extra['outcome']}: {extra['reason']}")

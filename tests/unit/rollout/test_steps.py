@@ -9,6 +9,7 @@ import pytest
 
 from slicewise.errors import NotYet, PermanentError
 from slicewise.rollout import steps
+from slicewise.rollout.ledger.tables import RolloutStatus
 from slicewise.settings import load_settings
 
 
@@ -45,7 +46,7 @@ def test_the_plan_reads_what_its_upstream_tasks_wrote_and_refuses_two_runs_folde
 def test_the_watcher_fails_the_run_unless_the_rollout_was_promoted() -> None:
     steps.check_promoted({"outcome": "promoted", "reason": ""})
     steps.check_promoted({"outcome": "nothing to change", "reason": ""})
-    for outcome in ("rolled_back", "failed", "not started"):
+    for outcome in ("rolled_back", "failed", "not started", "rolling_back", "paused", "running"):
         with pytest.raises(PermanentError, match=f"rollout {outcome}: wave 1 failed its analysis"):
             steps.check_promoted({"outcome": outcome, "reason": "wave 1 failed its analysis"})
 
@@ -57,3 +58,25 @@ def test_each_parse_of_the_dag_gets_its_own_params_so_a_runs_mode_never_leaks_in
     assert first["mode"].resolve("apply") == "apply"  # Airflow keeps the resolved value on the Param
     assert first["mode"].value == "apply"
     assert second["mode"].value is None  # the next DAG object still defaults to the rollout_mode setting
+
+
+def test_without_the_teardowns_answer_the_report_reads_this_runs_rollout_from_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rollback (the teardown) gave up or never ran: report_rollout gets None and must still tell the truth.
+    monkeypatch.setenv("SLICEWISE_HOME", str(tmp_path))
+    apply = run_in(tmp_path, steps.APPLY)
+    extra = steps.report(apply, None)
+    assert extra["outcome"] == "not started"
+    with pytest.raises(PermanentError, match="rollout not started"):
+        steps.check_promoted(extra)
+    ctx = apply.rollouts()
+    now = datetime(2026, 12, 1, 10, 46, tzinfo=UTC)
+    other = ctx.ledger.start_rollout("another-cluster", ctx.run_id, "/p", [["n"]], {"n": {}}, now)
+    ours = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, "/p", [["sim-h100-0"]], {"sim-h100-0": {}}, now)
+    ctx.ledger.set_rollout_status(ours.id, RolloutStatus.ROLLING_BACK, "wave 0 failed its analysis", now)
+    extra = steps.report(apply, None)
+    assert (extra["rollout_id"], extra["outcome"]) == (ours.id, "rolling_back")
+    assert other.id != ours.id
+    with pytest.raises(PermanentError, match="rollout rolling_back: wave 0 failed its analysis"):
+        steps.check_promoted(extra)  # the nodes were not restored: the run must fail
