@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from slicewise.cluster.base import ClusterError, EvictionBlocked, LabelsChanged, NodeNotFound
-from slicewise.cluster.k8s_mapping import pod_gpu_requests, selector_matches
+from slicewise.cluster.k8s_mapping import node_selector, pod_gpu_requests, selector_matches
 from slicewise.cluster.kubernetes import MERGE_PATCH, KubernetesCluster
 from tests.support.fake_apiserver import FakeApiServer, fleet_nodes, gpu_node, gpu_pod, pdb, write_kubeconfig
 from tests.support.k8s_objects import kubernetes_connection_json
@@ -207,6 +207,42 @@ def test_effective_gpu_request_follows_the_scheduler() -> None:
     sidecar = {"restart_policy": "Always", **_res({gpu: "1"})}
     assert pod_gpu_requests(_pod_spec([_res({gpu: "2"})], init=[sidecar])) == {gpu: 3}
     assert pod_gpu_requests(_pod_spec([_res({"cpu": "4"})])) == {}
+
+
+def _placed(selector: dict[str, str] | None, terms: list[list[tuple[str, str, list[str]]]]) -> Any:
+    affinity = client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+                node_selector_terms=[
+                    client.V1NodeSelectorTerm(
+                        match_expressions=[
+                            client.V1NodeSelectorRequirement(key=k, operator=op, values=v)
+                            for k, op, v in term
+                        ]
+                    )
+                    for term in terms
+                ]
+            )
+        )
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", namespace="ns"),
+        spec=client.V1PodSpec(containers=[], node_selector=selector, affinity=affinity if terms else None),
+    )
+
+
+def test_node_selector_reads_the_node_selector_and_a_sole_affinity_terms_in_expressions() -> None:
+    product, zone = "nvidia.com/gpu.product", "topology.kubernetes.io/zone"
+    assert node_selector(_placed(None, [])) == {}
+    assert node_selector(_placed({product: "NVIDIA-A100-SXM4-80GB"}, [])) == {
+        product: ("NVIDIA-A100-SXM4-80GB",)
+    }
+    # One term: its In expressions bind (intersected with the nodeSelector); other operators are not read.
+    one = [[(product, "In", ["B", "A"]), (zone, "NotIn", ["z1"])]]
+    assert node_selector(_placed(None, one)) == {product: ("A", "B")}
+    assert node_selector(_placed({product: "A"}, one)) == {product: ("A",)}
+    # Several terms are alternatives: none binds alone.
+    assert node_selector(_placed(None, [[(product, "In", ["A"])], [(product, "In", ["B"])]])) == {}
 
 
 def test_evictability_lists_every_blocker() -> None:

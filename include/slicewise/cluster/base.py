@@ -118,11 +118,19 @@ class GpuPod:
     # The share of one GPU the pod declares it needs (annotation slicewise.io/gpu-share): any MIG instance, MPS
     # tenant or whole GPU at least that big can host it. None: only the resources it requests.
     share: float | None = None
+    # Where the pod may run besides its resources: node label -> the values it allows (its nodeSelector, e.g. a
+    # pin to one nvidia.com/gpu.product, and the ``In`` expressions of a sole required node-affinity term). A
+    # consolidation moves the pod only to nodes that match; empty: any node.
+    node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def may_drain(self) -> bool:
         """Evictable now, or once its disruption budget allows."""
         return self.evictable or self.budget_blocked
+
+    def may_run_on(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with ``labels`` satisfies the pod's node selector (the scheduler would place it there)."""
+        return all(labels.get(key) in values for key, values in self.node_selector.items())
 
 
 class ClusterBackend(Protocol):

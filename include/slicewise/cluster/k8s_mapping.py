@@ -214,7 +214,30 @@ def gpu_pod_from_api(pod: Any, pdbs: Sequence[Any]) -> GpuPod | None:
         blockers=blockers,
         budget_blocked=bool(blockers) and all(b.startswith(_BUDGET_BLOCKER) for b in blockers),
         share=declared_share(pod.metadata.annotations or {}),
+        node_selector=node_selector(pod),
     )
+
+
+def node_selector(pod: Any) -> dict[str, tuple[str, ...]]:
+    """Where the pod may run by node labels: its ``spec.nodeSelector``, and the ``In`` expressions of its required
+    node affinity when that has a single term (terms are alternatives: with several, none of them binds alone,
+    so they are left out and a move may pick a node the scheduler refuses; the pod then waits, as it would after
+    any eviction)."""
+    spec = pod.spec
+    out: dict[str, tuple[str, ...]] = {
+        key: (value,) for key, value in sorted(((spec and spec.node_selector) or {}).items())
+    }
+    affinity = spec and spec.affinity and spec.affinity.node_affinity
+    required = affinity and affinity.required_during_scheduling_ignored_during_execution
+    terms = (required and required.node_selector_terms) or []
+    if len(terms) == 1:
+        for expression in terms[0].match_expressions or []:
+            if expression.operator == "In":
+                allowed = tuple(sorted(expression.values or []))
+                if expression.key in out:
+                    allowed = tuple(v for v in out[expression.key] if v in allowed)
+                out[expression.key] = allowed
+    return out
 
 
 def declared_share(annotations: Mapping[str, str]) -> float | None:

@@ -2,7 +2,8 @@
 
 Placement scatters small pods over the nodes (Kubernetes' default profile spreads them), and a pod that needs
 whole GPUs then waits although the fleet has the GPUs, in pieces. After every node has its plan, the planner
-looks for **donors**: nodes that keep their configuration, whose GPU pods may all be drained, and which, once
+looks for **donors**: nodes their plans keep as they are (also when a change they proposed lost on the guard
+rails), whose GPU pods may all be drained, and which, once
 empty, would host pending whole-GPU requests the per-node plans left waiting — or, with
 ``planner_consolidation=nodes``, hold so little (at most ``NEARLY_EMPTY`` of their GPUs) that emptying them
 lets a cluster autoscaler remove them. A donor is consolidated only when every one of its pods fits the room
@@ -13,6 +14,8 @@ is a ``change`` to the configuration the node already has: the rollout cordons i
 Eviction API (PodDisruptionBudgets respected, bare pods never), and uncordons it, empty.
 
 Donors are tried least loaded first; the room they use is not offered twice, and a donor is no receiver.
+
+A pod moves only to a node its node selector allows (``GpuPod.node_selector``: a pin to a GPU product, say).
 """
 
 from __future__ import annotations
@@ -97,8 +100,9 @@ def consolidate(
 
 
 def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:
-    """The slots a node has left under its plan, once its running pods and the requests it plans to host sit."""
-    desired = item.plan.desired
+    """The slots a node has left under its plan, once its running pods and the requests it plans to host sit.
+    A node its plan keeps stays as it is, also when the change it proposed lost on the guard rails."""
+    desired = item.plan.desired if item.plan.action == CHANGE else item.plan.current
     config = desired.mig_config or "all-disabled"
     candidate = Candidate(
         catalog.layout_of(config, item.ctx.model.name),
@@ -107,7 +111,7 @@ def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:
     )
     hosting = (
         Pool(item.proposal.hosted.items())
-        if item.plan.action == CHANGE or desired == item.plan.current
+        if item.plan.action == CHANGE or item.plan.desired == item.plan.current
         else Pool()
     )
     return packing.place(item.ctx, candidate, hosting, packing.tenant_value(item.ctx)).free
@@ -124,8 +128,11 @@ def _held(ctx: NodeContext) -> float:
 
 
 def _eligible(item: Planned, config: PlannerConfig, now: datetime) -> bool:
+    """A donor: kept by its own plan (also when a change it proposed lost on the guard rails: a node of fractional
+    pods on whole GPUs gains nothing by sharing them alone, so its proposal of MPS loses on the hysteresis, and it
+    is drained as it is), with pods that may all be drained, and out of its dwell time."""
     ctx, plan = item.ctx, item.plan
-    if plan.action != KEEP or plan.desired != plan.current or not ctx.obs.pods:
+    if plan.action != KEEP or not ctx.obs.pods:
         return False
     if not all(pod.may_drain for pod in ctx.obs.pods):
         return False
@@ -153,11 +160,16 @@ def _fits_elsewhere(
     ctx: NodeContext, planned: Sequence[Planned], receivers: dict[str, Counter[Slot]]
 ) -> bool:
     """Place every request of the node's pods in ``receivers`` (changed in place); False if one finds no room."""
-    models = {item.ctx.name: item.ctx.model.name for item in planned}
+    nodes = {item.ctx.name: item.ctx for item in planned}
     for pod in ctx.obs.pods:
         for request in packing.pod_requests(pod):
             for name in sorted(receivers, key=lambda n: (-_used(receivers[n]), n)):
-                if request.allows(models[name]) and packing.take_slot(receivers[name], request) is not None:
+                node = nodes[name]
+                if (
+                    request.allows(node.model.name)
+                    and pod.may_run_on(node.obs.node.labels)
+                    and packing.take_slot(receivers[name], request) is not None
+                ):
                     break
             else:
                 return False
@@ -190,6 +202,7 @@ def _plan(
     served = {r.label: count * r.gpus for r, count in hosted.items()}
     return dataclasses.replace(
         item.plan,
+        desired=item.plan.current,  # drained as it is, whatever its own proposal was
         action=CHANGE,
         rule=RULE,
         reasons=(*item.plan.reasons, *reasons),

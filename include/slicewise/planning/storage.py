@@ -64,7 +64,16 @@ def write_observations(folder: ObjectStoragePath, observations: list[NodeObserva
 def read_observations(path: ObjectStoragePath) -> list[NodeObservation]:
     out = []
     for raw in _read(path):
-        pods = tuple(GpuPod(**{**p, "blockers": tuple(p["blockers"])}) for p in raw["pods"])
+        pods = tuple(
+            GpuPod(
+                **{
+                    **p,
+                    "blockers": tuple(p["blockers"]),
+                    "node_selector": {k: tuple(v) for k, v in p.get("node_selector", {}).items()},
+                }
+            )
+            for p in raw["pods"]
+        )
         out.append(NodeObservation(GpuNode(**raw["node"]), pods))
     return out
 

@@ -55,6 +55,10 @@ HOUR_S = 3600.0
 DAY_S = 86_400.0
 DEPART, BACK, ARRIVE = 0, 1, 2
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; only differences matter)
+#: The node list's GPU model name of a node, as a label: what a pod's ``gpu_spec`` pins it to. Under
+#: ``--gpu-model`` every node is one catalogue model, but the scheduler model still keeps a pinned pod to the
+#: nodes its ``gpu_spec`` names, so the planner sees the pin as a node selector on this label.
+TRACE_MODEL_LABEL = "slicewise.io/trace-gpu-model"
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class Replay:
         self.classes = np.array([p.size_class for p in pods])
         self.arrivals = [p.arrival_s for p in pods]
         self.wants = [self._wants(p, models) for p in pods]
+        self._selectors: list[Mapping[str, tuple[str, ...]]] = [
+            {TRACE_MODEL_LABEL: p.models} if p.models else {} for p in pods
+        ]
         self.queued_demand: Counter[Request] = Counter()  # the waiting requests, per kind
         self.waiting_samples: deque[Counter[Request]] = deque(maxlen=int(HOUR_S // config.step_s))
 
@@ -322,6 +329,7 @@ class Replay:
                 device_plugin_config=node.plugin,
                 allocatable={},
                 unschedulable=bool(self.fleet.released[index]) or index in self.adding,  # as if gone
+                labels={TRACE_MODEL_LABEL: node.kind},
                 annotations=annotations,
             )
             pods = tuple(
@@ -335,6 +343,7 @@ class Replay:
                     owner_name=self.pods[pod_id].name,
                     evictable=True,
                     share=self.pods[pod_id].share,  # a trace request is a size: declared, as by annotation
+                    node_selector=self._selectors[pod_id],
                 )
                 for pod_id, slots in node.pods.items()
             )
