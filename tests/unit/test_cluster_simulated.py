@@ -324,3 +324,17 @@ def test_given_the_cli_then_show_fault_and_reset_work_on_the_state_file(
     assert cluster.get_node("sim-h100-0").mig_config_state == "success"
     assert cluster.get_node("sim-h100-0").labels[MIG_STATE_LABEL] == "success"
     assert cluster.get_node("sim-h100-0").mig_config == "all-disabled"
+
+
+def test_a_simulated_pod_carries_its_workloads_product_pin_as_its_node_selector() -> None:
+    from slicewise.cluster.base import GPU_PRODUCT_LABEL
+    from slicewise.simulator.cluster_pods import SimulatedPod, gpu_pod
+
+    pod = SimulatedPod("team-a", "serve-0", "sim-h100-0", "serve", "nvidia.com/gpu", 0.0, "slot/0")
+    pinned = gpu_pod(
+        pod, {"evictable": True, "owner_kind": "Deployment", "gpu_product": "NVIDIA-H100-80GB-HBM3"}
+    )
+    assert pinned.node_selector == {GPU_PRODUCT_LABEL: ("NVIDIA-H100-80GB-HBM3",)}
+    assert pinned.may_run_on({GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"})
+    assert not pinned.may_run_on({GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3-SHARED"})  # GFD's MPS suffix
+    assert gpu_pod(pod, {"evictable": True, "owner_kind": "Deployment"}).node_selector == {}
