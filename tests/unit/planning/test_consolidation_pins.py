@@ -57,12 +57,13 @@ def test_a_node_whose_proposal_lost_on_the_hysteresis_is_drained_as_it_is(catalo
     assert second.action == KEEP
 
 
-def test_a_node_kept_on_whole_gpus_offers_whole_gpus_not_the_mps_it_proposed(catalog: Catalog) -> None:
-    # a2 on whole GPUs, all four used: its own proposal (MPS 2) lost on the hysteresis, so it offers no room and
-    # a1's pod stays where it is.
+def test_a_node_whose_proposal_lost_still_offers_the_room_of_that_proposal(catalog: Catalog) -> None:
+    # a2 on whole GPUs, all four used: its own proposal (MPS 2) lost on the hysteresis, yet it offers the room of
+    # MPS 2, so a1's pod is moved there (optimistic by design: offering only the kept configuration's room was
+    # measured worse in the backtest, see consolidation._room).
     plan = _plan(catalog, _lone_and_busy(catalog, "default"))
-    assert [p.action for p in plan.nodes] == [KEEP, KEEP]
-    assert plan.nodes[1].desired != plan.nodes[1].current  # the proposal that lost
+    assert plan.nodes[1].action == KEEP and plan.nodes[1].desired != plan.nodes[1].current
+    assert plan.nodes[0].action == CHANGE
 
 
 def test_a_pinned_pod_moves_only_to_a_node_its_selector_allows(catalog: Catalog) -> None:
