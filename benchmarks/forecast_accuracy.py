@@ -1,7 +1,8 @@
 """Benchmark: the LSTM forecaster against the baselines on two public GPU traces, by rolling-origin evaluation.
 
     .venv/bin/python benchmarks/forecast_accuracy.py [--horizons 15 60] [--seeds 0 1 2] [--folds 4]
-        [--first-fraction 0.5] [--epochs 8] [--philly-days 3]
+        [--first-fraction 0.5] [--epochs 8] [--philly-days 3] [--only genai|philly]
+        [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
 a fresh model trained on the first ``--first-fraction`` of the trace's time span, then, before each of the
@@ -191,6 +192,21 @@ def main() -> None:
         help="the spec's calibration_gain for this run (default: the shipped spec's)",
     )
     parser.add_argument(
+        "--calibration-hours",
+        type=int,
+        default=None,
+        help="the spec's calibration_hours, hours pooled for the fit (default: the shipped spec's)",
+    )
+    parser.add_argument(
+        "--calibration-dead-band",
+        type=float,
+        default=None,
+        help="the spec's calibration_dead_band, |log-factor| treated as none (default: the shipped spec's)",
+    )
+    parser.add_argument(
+        "--only", choices=["genai", "philly"], default=None, help="one trace only (default: both)"
+    )
+    parser.add_argument(
         "--philly-days", type=float, default=3.0, help="days of Philly job starts (default 3)"
     )
     args = parser.parse_args()
@@ -206,6 +222,14 @@ def main() -> None:
         shipped,
         training=dataclasses.replace(shipped.training, epochs_per_update=args.epochs),
         calibration_gain=shipped.calibration_gain if args.calibration_gain is None else args.calibration_gain,
+        calibration_hours=(
+            shipped.calibration_hours if args.calibration_hours is None else args.calibration_hours
+        ),
+        calibration_dead_band=(
+            shipped.calibration_dead_band
+            if args.calibration_dead_band is None
+            else args.calibration_dead_band
+        ),
         architecture=dataclasses.replace(
             shipped.architecture,
             members=shipped.architecture.members if args.members is None else args.members,
@@ -219,6 +243,8 @@ def main() -> None:
         ("philly", lambda: philly_panel(args.traces, args.philly_days), philly_spec(spec)),
     ]
     for trace, load_panel, trace_spec in traces:
+        if args.only not in (None, trace):
+            continue
         panel = load_panel()
         print(f"\n== {trace}: {len(panel.keys):,} series x {panel.load.shape[1]:,} steps of {panel.step_s} s")
         for horizon in args.horizons:

@@ -46,6 +46,38 @@ def test_each_update_moves_halfway_to_the_newest_fit_within_the_limit() -> None:
     assert calibration.update(previous, fitted, 0.0).tolist() == previous.tolist()
 
 
+def test_a_fit_within_the_dead_band_counts_as_no_correction() -> None:
+    previous = np.array([[0.2, 0.2, 0.3]])
+    fitted = np.array([[0.05, -0.3, 0.0]])  # within the band, outside it, no fit
+    # Gain 1, band 0.1: 0.05 is noise (-> identity 0), -0.3 is applied, the unfitted cell keeps 0.3.
+    assert calibration.update(previous, fitted, 1.0, 0.1)[0].tolist() == pytest.approx([0.0, -0.3, 0.3])
+    # Gain 0.5: halfway from 0.2 to 0 and from 0.2 to -0.3.
+    assert calibration.update(previous, fitted, 0.5, 0.1)[0].tolist() == pytest.approx([0.1, -0.05, 0.3])
+    # No band (the default): 0.05 counts.
+    assert calibration.update(previous, fitted, 1.0)[0].tolist() == pytest.approx([0.05, -0.3, 0.3])
+
+
+def test_pooled_hours_fit_the_quantile_of_all_their_windows() -> None:
+    import dataclasses
+
+    from slicewise.forecasting.training import calibration_first_step
+    from tests.support.forecasting import tiny_spec
+
+    spec = tiny_spec()
+    # One hour (the default): the windows after training only; six hours on a 60 s grid: 5 x 60 steps earlier.
+    assert calibration_first_step(spec, 1000, 60) == 1000
+    six = dataclasses.replace(spec, calibration_hours=6)
+    assert calibration_first_step(six, 1000, 60) == 700
+    assert calibration_first_step(six, 200, 60) == 0
+    # An older hour whose loads came in at half the forecast, the newest at 1.5 times, 50 windows each: the
+    # pooled P50 is the 50th of the 100 sorted ratios (0.5), the P90 the 90th (1.5); the newest hour alone
+    # would give 1.5 for both.
+    predicted = np.ones((100, 1, 2))
+    actual = np.concatenate([np.full((50, 1), 0.5), np.full((50, 1), 1.5)])
+    pooled = calibration.fit_log_factors(predicted, actual, (0.5, 0.9))
+    assert np.exp(pooled)[0].tolist() == pytest.approx([0.5, 1.5])
+
+
 def test_calibrated_quantiles_never_cross() -> None:
     predicted = np.array([[[0.4, 0.5]]])
     crossed = calibration.apply(predicted, np.log(np.array([[1.5, 0.8]])))

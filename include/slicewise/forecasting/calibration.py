@@ -12,6 +12,8 @@ Off by default (``calibration_gain: 0``): on the public traces, by rolling-origi
 newest hour made the P90 pinball loss worse, not better (one hour's windows are few and correlated, and the
 next hour is often unlike it; figures in docs/benchmarks.md, "Forecast accuracy"). The fit is still computed
 and logged every update (MLflow ``calibration.fit.*``), so its advice can be watched before it is trusted.
+Fitting on the pooled windows of the last ``calibration_hours`` hours instead of the newest one, and treating a
+fit within ``calibration_dead_band`` as none, measured no better (same section); both stay at their defaults.
 
 The factors are multiplicative because the model's forecasts scale with the load (an additive offset learned
 on a busy hour would misplace a quiet one), clipped to ``[e^-LIMIT, e^LIMIT]``, and left as they were where
@@ -50,11 +52,13 @@ def fit_log_factors(predicted: np.ndarray, actual: np.ndarray, levels: tuple[flo
     return out
 
 
-def update(previous: np.ndarray, fitted: np.ndarray, gain: float) -> np.ndarray:
+def update(previous: np.ndarray, fitted: np.ndarray, gain: float, dead_band: float = 0.0) -> np.ndarray:
     """The next log-factors: ``gain`` of the way from ``previous`` to ``fitted`` (the spec's
     ``calibration_gain``), within ``+-LIMIT``; a cell the newest hour could not fit (0 there for lack of
-    windows) keeps its previous value."""
-    moved = previous + gain * (fitted - previous)
+    windows) keeps its previous value. A fit within ``+-dead_band`` (the spec's ``calibration_dead_band``)
+    counts as noise: the cell moves towards 0 (identity) instead."""
+    target = np.where(np.abs(fitted) <= dead_band, 0.0, fitted)
+    moved = previous + gain * (target - previous)
     return np.clip(np.where(fitted == 0.0, previous, moved), -LIMIT, LIMIT)
 
 

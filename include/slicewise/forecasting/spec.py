@@ -60,6 +60,12 @@ class ForecasterSpec:
     #: How far each update moves the quantile calibration towards the newest hour's fit (0 = never calibrate;
     #: slicewise.forecasting.calibration). Optional in the YAML (key ``calibration_gain``), default 0.
     calibration_gain: float = 0.0
+    #: Hours of the newest windows, pooled, that the calibration is fitted on (key ``calibration_hours``, default
+    #: 1: the hour after training only; more reaches back into hours the model trained on).
+    calibration_hours: int = 1
+    #: A fitted log-factor within +-this counts as no correction: the update moves towards identity instead
+    #: (key ``calibration_dead_band``, default 0: every fit counts).
+    calibration_dead_band: float = 0.0
 
     def horizon_steps(self) -> tuple[int, ...]:
         return tuple(max(1, round(minutes * 60 / self.step_s)) for minutes in self.horizons_minutes)
@@ -86,6 +92,8 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
             training=Training(**raw["training"]),
             promotion=Promotion(**raw["promotion"]),
             calibration_gain=float(raw.get("calibration_gain", 0.0)),
+            calibration_hours=int(raw.get("calibration_hours", 1)),
+            calibration_dead_band=float(raw.get("calibration_dead_band", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{source}: invalid or missing key: {exc}") from exc
@@ -100,6 +108,10 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("architecture.members must be 1..9")
     if not 0.0 <= spec.calibration_gain <= 1.0:
         problems.append("calibration_gain must lie in [0, 1]")
+    if not 1 <= spec.calibration_hours <= 48:
+        problems.append("calibration_hours must be 1..48")
+    if not 0.0 <= spec.calibration_dead_band < 0.5:
+        problems.append("calibration_dead_band must lie in [0, 0.5)")
     if spec.promotion.horizon_minutes not in spec.horizons_minutes:
         problems.append("promotion.horizon_minutes must be one of horizons_minutes")
     if problems:

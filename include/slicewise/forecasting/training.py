@@ -109,6 +109,13 @@ def calibration_start(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
     return eval_from - max(1, 3600 // step_s) - max(spec.horizon_steps())
 
 
+def calibration_first_step(spec: ForecasterSpec, train_end: int, step_s: int) -> int:
+    """The first step of the calibration windows: ``train_end`` (the hour after training only) or, with the
+    spec's ``calibration_hours`` N > 1, N - 1 hours before it, pooling N hours of which all but the newest
+    are windows the model trained on."""
+    return max(0, train_end - (spec.calibration_hours - 1) * max(1, 3600 // step_s))
+
+
 def calibrate(
     model: Any,
     panel: Panel,
@@ -119,21 +126,23 @@ def calibrate(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the model's calibration (:mod:`slicewise.forecasting.calibration`) on the windows ending in
     ``[train_end, eval_from)`` whose targets lie before ``eval_from`` — after its training data, before the
-    data it is scored on —, move ``previous`` (the last update's log-factors; none: identity) towards it by
-    the spec's ``calibration_gain``, write the result into the model; returns (applied, fitted) log-factors,
-    each (horizons, quantiles)."""
+    data it is scored on; with ``calibration_hours`` > 1 from :func:`calibration_first_step` on —, move
+    ``previous`` (the last update's log-factors; none: identity) towards it by the spec's
+    ``calibration_gain`` (a fit within ``calibration_dead_band`` counting as identity), write the result into
+    the model; returns (applied, fitted) log-factors, each (horizons, quantiles)."""
     from slicewise.forecasting.calibration import fit_log_factors, update
     from slicewise.forecasting.model import identity_calibration, predict, set_calibration
 
     identity = identity_calibration(model)
     previous = identity if previous is None else np.asarray(previous, dtype=np.float64)
     set_calibration(model, identity)
-    windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=max(0, train_end))
+    first = calibration_first_step(spec, train_end, panel.step_s)
+    windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=first)
     fitted = (
         fit_log_factors(predict(model, windows.inputs), windows.targets, spec.quantiles)
         if len(windows.inputs)
         else identity
     )
-    factors = update(previous, fitted, spec.calibration_gain)
+    factors = update(previous, fitted, spec.calibration_gain, spec.calibration_dead_band)
     set_calibration(model, factors)
     return factors, fitted
