@@ -6,8 +6,9 @@ event (fallback: hourly at :45, skipped after a plan in the last 50 min) and app
 
 - **`recommend`** (default): forecast, observe, plan (`plans/<run>/plan.{md,html,json}`), publish; no changes.
 - **`apply`**: each `wave_N` changes its nodes (snapshot, cordon, drain, relabel, verify, uncordon), then bakes
-  and analyses them; Inconclusive asks a person (`ask_person`; no answer in 60 min rolls back); `rollback`
-  restores a failed rollout's nodes and `report_rollout` fails the run unless the rollout was promoted.
+  and analyses them; Inconclusive asks a person (`ask_person`; no answer in 60 min rolls back); `rollback`, the
+  teardown of `start_rollout`, restores a failed rollout's nodes (also when the run is marked failed by hand)
+  and `report_rollout` fails the run unless the rollout was promoted.
 
 Tasks, Params, settings and Connections: docs/planner.md and docs/rollout.md.
 """
@@ -102,7 +103,7 @@ def gpu_partition_rollout() -> None:
     @step(trigger_rule="all_done", outlets=[ROLLOUT])
     def report_rollout(rolled_back: dict[str, Any] | None, **context: Any) -> dict[str, Any]:
         steps = _steps()
-        extra = steps.report(_run(context), rolled_back)  # None when the rollout never started
+        extra = steps.report(_run(context), rolled_back)  # None: the teardown did not answer
         context["outlet_events"][ROLLOUT].extra = extra
         steps.check_promoted(extra)  # the watcher: a rollback that succeeded still fails the run
         return extra
@@ -124,9 +125,7 @@ def gpu_partition_rollout() -> None:
 
     summary: Any = plan_nodes(forecast(), observe_cluster())
     publish_plan(summary)
-    # start_rollout / rollback are Airflow's setup / teardown pair: the rollback runs whenever the rollout started,
-    # however the waves end — even when a person marks the run failed or successful — and is skipped with it in
-    # recommend mode. A start that failed changed no node; the next run's start rolls back what it left behind.
+    # A start that failed changed no node (the next run's start rolls back what it left): no teardown is needed.
     started: Any = start_rollout(summary).as_setup()
     previous: Any = started
     for index in range(MAX_WAVES):
@@ -135,10 +134,7 @@ def gpu_partition_rollout() -> None:
     previous >> finished
     result: Any = rollback(started).as_teardown(setups=started, on_failure_fail_dagrun=True)
     finished >> result
-    # A failed rollback fails the run (a teardown's failure does not, by default). report_rollout (all_done; it
-    # reads the rollout id from the teardown, as only all_success tasks may follow a setup) is the watcher that
-    # fails the run unless the rollout was promoted.
-    report_rollout(result)
+    report_rollout(result)  # only all_success tasks may follow a setup: it reads the id from the teardown
 
 
 def _steps() -> Any:
