@@ -61,6 +61,8 @@ class DemandForecast:
     share: float | None = None  # the share of a GPU each pod declares: any form at least that big hosts it
     gpus: int = 1  # GPUs per pod, on one node
     models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
+    # The rest of the pods' node selector, (label, allowed values) pairs (planning.demand.Selector); () = any.
+    node_selector: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

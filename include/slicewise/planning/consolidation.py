@@ -151,7 +151,11 @@ def _whole_requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]
     free = ctx.gpus
     hosted: dict[Request, float] = {}
     for request, count in pool:
-        if not request.whole or not request.allows(ctx.model.name) or request.gpus > free:
+        if (
+            not request.whole
+            or not request.allows(ctx.model.name, ctx.obs.node.labels)
+            or request.gpus > free
+        ):
             continue
         take = min(count, float(free // request.gpus))
         if take > EPS:
@@ -203,7 +207,7 @@ def _plan(
     reasons.append(
         f"eviction cost {held * config.eviction_cost_s / 3600:.2f} GPU-h; net gain {gain:.2f} GPU-h/h"
     )
-    served = {r.label: count * r.gpus for r, count in hosted.items()}
+    served = packing.served_by_label(hosted)
     return dataclasses.replace(
         item.plan,
         desired=item.plan.current,  # drained as it is, whatever its own proposal was

@@ -12,12 +12,14 @@ A request is one pod's ask, counted once whichever form ends up hosting it:
   node; the device plugin refuses a multi-GPU request under MPS.
 
 ``models`` (catalogue names) narrows where any of them may run (a ``gpu_spec``, or a node selector on
-``nvidia.com/gpu.product``). :class:`Pool` holds the forecast number of each kind still to host.
+``nvidia.com/gpu.product``); ``selector`` narrows it by the node's labels (the rest of a node selector: the
+backtest's pin to a node-list model, which one catalogue model cannot tell apart). :class:`Pool` holds the
+forecast number of each kind still to host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from slicewise.catalog import Catalog
@@ -26,6 +28,8 @@ from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, WHOLE
 #: Pending demand that only whole GPUs can host (pods asking for more than one ``nvidia.com/gpu``). Not a
 #: Kubernetes resource: the name of that kind of request in the demand forecast and in plans.
 EPS = 1e-9
+#: A node selector as a hashable value: (label, allowed values) pairs, sorted.
+Selector = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Request:
     size: float | None = None  # declared share of each GPU; None when the request does not say
     gpus: int = 1
     models: tuple[str, ...] = ()
+    selector: Selector = ()
 
     @property
     def whole(self) -> bool:
@@ -52,30 +57,38 @@ class Request:
             return share >= self.size - EPS
         return resource == self.resource
 
-    def allows(self, model: str) -> bool:
-        return not self.models or model in self.models
+    def allows(self, model: str, labels: Mapping[str, str] | None = None) -> bool:
+        """Whether a node of catalogue ``model`` with ``labels`` may host it (labels None: not checked)."""
+        if self.models and model not in self.models:
+            return False
+        return labels is None or all(labels.get(key) in values for key, values in self.selector)
 
     @property
     def label(self) -> str:
-        """How plans name it: the resource, or the declared share."""
-        if self.whole and self.resource == WHOLE_GPUS:
-            return WHOLE_GPUS
-        if self.size is None:
-            return self.resource
+        """How plans name it: the resource, or the declared share, and where it may run."""
         where = f" on {'|'.join(self.models)}" if self.models else ""
+        where += "".join(f" where {key} in {'|'.join(values)}" for key, values in self.selector)
+        if self.whole and self.resource == WHOLE_GPUS:
+            return WHOLE_GPUS + where
+        if self.size is None:
+            return self.resource + where
         return f"{self.gpus} x {self.size:g} GPU{where}"
 
 
 def request_for(
-    resource: str, size: float | None = None, gpus: int = 1, models: Iterable[str] = ()
+    resource: str,
+    size: float | None = None,
+    gpus: int = 1,
+    models: Iterable[str] = (),
+    selector: Selector = (),
 ) -> Request:
     """The request of a pod asking ``resource`` (``gpus`` of it), with its declared share if it has one."""
     models = tuple(sorted(set(models)))
     if resource == WHOLE_GPUS or gpus > 1 or (size is not None and size >= 1 - EPS):
-        return Request(WHOLE_GPUS, 1.0, gpus, models)
+        return Request(WHOLE_GPUS, 1.0, gpus, models, selector)
     if size is not None:  # a declared share: any form at least that big, whatever resource it asked for
-        return Request(GPU_RESOURCE, size, 1, models)
-    return Request(resource, None, 1, models)
+        return Request(GPU_RESOURCE, size, 1, models, selector)
+    return Request(resource, None, 1, models, selector)
 
 
 def share_of(resource: str, catalog: Catalog) -> float | None:
@@ -122,10 +135,14 @@ class Pool:
         """A hashable snapshot (proposals of idle nodes alike are shared while it is the same)."""
         return tuple((r, round(c, 9)) for r, c in self)
 
+    def selected_labels(self) -> list[str]:
+        """The node labels some request's selector names (what tells otherwise alike nodes apart)."""
+        return sorted({key for request in self._counts for key, _ in request.selector})
+
     def describe(self) -> str:
         return ", ".join(f"{r.label} {c:.1f}" for r, c in self if c > EPS) or "none"
 
 
-def _order(request: Request) -> tuple[int, float, str, tuple[str, ...]]:
+def _order(request: Request) -> tuple[int, float, str, tuple[str, ...], Selector]:
     size = 1.0 if request.whole else (request.size if request.size is not None else 0.0)
-    return (-request.gpus, -size, request.resource, request.models)
+    return (-request.gpus, -size, request.resource, request.models, request.selector)

@@ -114,7 +114,7 @@ def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) 
         _rule(best, placed),
         tuple(reasons),
         gain,
-        _labels(served),
+        served_by_label(served),
         served,
         best.split,
     )
@@ -233,7 +233,7 @@ def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> 
                 stranded += _slack(request, share)
     hosted: dict[Request, float] = {}
     for request, count in pool:
-        if not request.allows(ctx.model.name):
+        if not request.allows(ctx.model.name, ctx.obs.node.labels):
             continue
         units = 0.0
         while units < count - EPS:
@@ -292,7 +292,7 @@ def _describe(candidate: Candidate) -> str:
     return "whole GPUs" if candidate.replicas == 1 else f"MPS {candidate.replicas} tenants per GPU"
 
 
-def _labels(served: dict[Request, float]) -> dict[str, float]:
+def served_by_label(served: dict[Request, float]) -> dict[str, float]:
     """Pending requests served, by how plans name them (whole-GPU requests in GPUs)."""
     out: dict[str, float] = {}
     for request, count in served.items():

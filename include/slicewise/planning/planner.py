@@ -124,7 +124,7 @@ def demand_pool(forecasts: Forecasts) -> Pool:
     return Pool(
         (request, d.p50 if request.whole else d.upper)
         for d in forecasts.demand
-        if (request := request_for(d.resource, d.share, d.gpus, d.models))
+        if (request := request_for(d.resource, d.share, d.gpus, d.models, d.node_selector))
         and (d.p50 if request.whole else d.upper) > 0
     )
 
@@ -132,15 +132,19 @@ def demand_pool(forecasts: Forecasts) -> Pool:
 def steady_demand(forecasts: Forecasts) -> dict[Request, float]:
     """The pending requests of each kind that waited most of the time (the median): what a disruptive move may
     count on, where the upper quantile may be a pod that waited a few minutes and started since."""
-    return {request_for(d.resource, d.share, d.gpus, d.models): d.p50 for d in forecasts.demand if d.p50 > 0}
+    return {
+        request_for(d.resource, d.share, d.gpus, d.models, d.node_selector): d.p50
+        for d in forecasts.demand
+        if d.p50 > 0
+    }
 
 
 def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:
     """What an idle node's proposal depends on, or None for a busy one.
 
     A node with no GPU pods and a forecast of exactly zero load and memory proposes the same as any other such
-    node of the same model, size and configuration under the same pending pool; large fleets are mostly such
-    nodes, so their proposal is computed once per key."""
+    node of the same model, size, configuration and selected labels under the same pending pool; large fleets
+    are mostly such nodes, so their proposal is computed once per key."""
     if ctx.obs.pods or any(
         f.p50 != 0 or f.upper != 0 or (f.memory != 0 and not math.isnan(f.memory)) for f in ctx.forecasts
     ):
@@ -153,6 +157,7 @@ def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:
         ctx.replicas,
         tuple(sorted(f.mig_profile for f in ctx.forecasts)),  # the weights of its zero forecasts
         pool.key(),
+        tuple((key, ctx.obs.node.labels.get(key)) for key in pool.selected_labels()),
     )
 
 

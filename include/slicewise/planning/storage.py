@@ -47,7 +47,16 @@ def read_forecasts(path: ObjectStoragePath) -> Forecasts:
     raw = _read(path)
     return Forecasts(
         series=tuple(SeriesForecast(**s) for s in raw["series"]),
-        demand=tuple(DemandForecast(**{**d, "models": tuple(d.get("models", ()))}) for d in raw["demand"]),
+        demand=tuple(
+            DemandForecast(
+                **{
+                    **d,
+                    "models": tuple(d.get("models", ())),
+                    "node_selector": tuple((k, tuple(v)) for k, v in d.get("node_selector", ())),
+                }
+            )
+            for d in raw["demand"]
+        ),
         predictor=raw["predictor"],
         trusted=raw["trusted"],
         why_untrusted=raw["why_untrusted"],

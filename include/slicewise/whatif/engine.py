@@ -366,7 +366,7 @@ class Replay:
         return Forecasts(
             series=tuple(series),
             demand=tuple(
-                DemandForecast(r.resource, p50, upper, r.size, r.gpus, r.models)
+                DemandForecast(r.resource, p50, upper, r.size, r.gpus, r.models, r.selector)
                 for r, (p50, upper) in sorted(demand.items(), key=lambda item: item[0].label)
             ),
             predictor=predictor,
@@ -378,7 +378,8 @@ class Replay:
         """What a waiting pod asks the planner for: its share (a trace request is a size, so any form at least that
         big hosts it), or whole GPUs, on the catalogue models its ``gpu_spec`` names. Counted once."""
         allowed = {models.of(name).name for name in pod.models if name in models.by_name}
-        return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed)
+        pin = ((TRACE_MODEL_LABEL, pod.models),) if pod.models else ()
+        return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed, pin)
 
     def _demand(self, now: float) -> dict[Request, tuple[float, float]]:
         """Pending requests per kind as the planner gets them, (P50, upper): ``now`` -> what waits now;

@@ -251,6 +251,26 @@ def test_a_request_for_one_gpu_model_is_only_planned_on_nodes_of_that_model(cata
     assert second.pending_served == {"1 x 0.5 GPU on A100-80GB": 4}
 
 
+def test_a_request_pinned_by_a_node_label_is_only_planned_on_nodes_with_that_label(catalog: Catalog) -> None:
+    # Two idle A100 nodes alike but for a label; the pending pods' node selector names the second's value (the
+    # backtest's pin to a node-list model under one catalogue model, or any label of a pod's nodeSelector).
+    first = dataclasses.replace(node("a", mig_config="all-disabled", gpus=2), labels={"pool": "training"})
+    second = dataclasses.replace(node("b", mig_config="all-disabled", gpus=2), labels={"pool": "inference"})
+    demand = (DemandForecast("nvidia.com/gpu", 4, 4, share=0.5, node_selector=(("pool", ("inference",)),)),)
+    loads = whole_gpu_load("a", 2, 0.0, memory=0.0) + whole_gpu_load("b", 2, 0.0, memory=0.0)
+    plan = plan_fleet(
+        [observe(first), observe(second)],
+        Forecasts(tuple(loads), demand, "p90_last_hour", True),
+        catalog,
+        PlannerConfig(max_change_share=1.0),
+        NOW,
+    )
+    a, b = plan.nodes
+    assert a.action == KEEP and a.pending_served == {}
+    assert b.action == CHANGE and b.desired.device_plugin_config == "mps-2"
+    assert b.pending_served == {"1 x 0.5 GPU where pool in inference": 4}
+
+
 def test_a_split_config_hosts_a_running_multi_gpu_pod_and_pending_small_requests_on_one_node(
     catalog: Catalog,
 ) -> None:

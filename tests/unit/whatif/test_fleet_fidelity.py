@@ -228,6 +228,24 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     assert stuck.consolidations == 0 and stuck.wait_mean_s == pytest.approx((20_000 - 10) / 3)
 
 
+def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> None:
+    # Both nodes modelled as one catalogue model, but c's gpu_spec names n2's node-list model only: the planner
+    # must see the pin on the pending request, not only on running pods. Spreading puts a on n1 and b on n2. At
+    # 3600 s reactive empties n2 (not n1, which c may not use): b fits n1's free GPU at once; n2 stays cordoned
+    # 60 s and takes c. Blind to the pin, it would empty n1 first and c would wait another hour.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 2, "V100M16"), TraceNode("n2", 2, "V100M32")]
+    pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, 2, models="V100M32")]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = BacktestConfig(
+        scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner, gpu_model="T4-16GB"
+    )
+    result = replay("reactive", pods, nodes, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted) == (1, 1)
+    assert result.wait_mean_s == pytest.approx((0 + 0 + 3650) / 3)  # c: 10 -> 3660
+
+
 def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_else() -> None:
     # First-fit: a and b on n1 (2 GPUs), c on n2 (4 GPUs). b leaves at 101. At 3600 s n2 holds 1 of its 4 GPUs
     # (planner_consolidation=nodes): c fits n1's free GPU, so n2 is emptied and released; the autoscaler removes
