@@ -4,14 +4,17 @@ Placement scatters small pods over the nodes (Kubernetes' default profile spread
 whole GPUs then waits although the fleet has the GPUs, in pieces. After every node has its plan, the planner
 looks for **donors**: nodes their plans keep as they are (also when a change they proposed lost on the guard
 rails), whose GPU pods may all be drained, and which, once
-empty, would host pending whole-GPU requests the per-node plans left waiting — or, with
+empty, would host pending requests the per-node plans left waiting — whole-GPU ones, or pinned ones (a GPU
+model, a node label) — or, with
 ``planner_consolidation=nodes``, hold so little (at most ``NEARLY_EMPTY`` of their GPUs) that emptying them
 lets a cluster autoscaler remove them. A donor is consolidated only when every one of its pods fits the room
 the other nodes have left under their own plans (the same placement the packing policy uses), and the gain —
-whole-GPU requests hosted (twice their GPUs, as in packing), or the node's GPUs released (``RELEASE_WEIGHT``
-each) — beats the pods' eviction cost (their share x ``planner_eviction_cost_s``) by the hysteresis. The plan
-is a ``change`` to the configuration the node already has: the rollout cordons it, evicts its pods through the
-Eviction API (PodDisruptionBudgets respected, bare pods never), and uncordons it, empty.
+whole-GPU requests hosted (twice their GPUs, as in packing), pinned smaller ones (their share, a GPU each: a pod
+pinned to the one node of its model that other pods fill would otherwise wait there for days), or the node's
+GPUs released (``RELEASE_WEIGHT`` each) — beats the pods' eviction cost (their share x
+``planner_eviction_cost_s``) by the hysteresis. The plan is a ``change`` to the configuration the node already
+has: the rollout cordons it, evicts its pods through the Eviction API (PodDisruptionBudgets respected, bare pods
+never), and uncordons it, empty.
 
 Donors are tried least loaded first; the room they use is not offered twice, and a donor is no receiver.
 
@@ -65,7 +68,7 @@ def consolidate(
 
     Evicting pods is a cost paid at once, so a consolidation counts only on the requests that waited most of the
     last hour (``steady``: the median), never on more than the pool still holds."""
-    pool = Pool((r, min(count, steady.get(r, 0.0))) for r, count in pool if r.whole)
+    pool = Pool((r, min(count, steady.get(r, 0.0))) for r, count in pool if r.whole or _pinned(r))
     if config.consolidation == OFF:
         return {}
     room = {item.ctx.name: _room(item, catalog) for item in planned if item.plan.action in (KEEP, CHANGE)}
@@ -75,8 +78,11 @@ def consolidate(
         ctx = item.ctx
         if not _eligible(item, config, now) or ctx.name in received:
             continue  # a receiver of another donor's pods is no donor
-        hosted = _whole_requests_hosted(ctx, pool)
-        value = sum(packing.WHOLE_WEIGHT * r.gpus * count for r, count in hosted.items())
+        hosted = _requests_hosted(ctx, pool)
+        value = sum(
+            packing.value_of(r, 1.0, 1.0) * (packing.WHOLE_WEIGHT if r.whole else 1.0) * count
+            for r, count in hosted.items()
+        )
         held = _held(ctx)
         release = config.consolidation == NODES and held <= NEARLY_EMPTY * ctx.gpus
         if release:
@@ -144,18 +150,20 @@ def _eligible(item: Planned, config: PlannerConfig, now: datetime) -> bool:
     return changed is None or now - changed >= timedelta(hours=config.dwell_hours)
 
 
-def _whole_requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
-    """The pending whole-GPU requests the node would host once empty, in its current configuration."""
+def _pinned(request: Request) -> bool:
+    """A request only some nodes may host (GPU models or node labels): left waiting, it waits for those."""
+    return bool(request.models or request.selector)
+
+
+def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
+    """The pending requests the node would host once empty, in its current configuration (whole GPUs): those
+    that need whole GPUs, then pinned smaller ones, one GPU each."""
     if ctx.layout is not None or ctx.replicas != 1:
         return {}
     free = ctx.gpus
     hosted: dict[Request, float] = {}
     for request, count in pool:
-        if (
-            not request.whole
-            or not request.allows(ctx.model.name, ctx.obs.node.labels)
-            or request.gpus > free
-        ):
+        if not request.allows(ctx.model.name, ctx.obs.node.labels) or request.gpus > free:
             continue
         take = min(count, float(free // request.gpus))
         if take > EPS:
@@ -200,8 +208,8 @@ def _plan(
     pods = tuple(describe_pod(pod) for pod in item.ctx.obs.pods)
     reasons = [f"{len(pods)} pods holding {held:.2f} GPU-eq fit the room other nodes keep under their plans"]
     if hosted:
-        asked = ", ".join(f"{count:g} x {r.gpus} whole GPUs" for r, count in hosted.items())
-        reasons.append(f"emptied, it hosts pending pods that need whole GPUs: {asked}")
+        asked = ", ".join(f"{count:g} x {r.label}" for r, count in hosted.items())
+        reasons.append(f"emptied, it hosts pending pods that need whole GPUs or may run only here: {asked}")
     if release:
         reasons.append(f"emptied, its {item.ctx.gpus} GPUs can be released (planner_consolidation=nodes)")
     reasons.append(

@@ -246,6 +246,21 @@ def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> N
     assert result.wait_mean_s == pytest.approx((0 + 0 + 3650) / 3)  # c: 10 -> 3660
 
 
+def test_a_consolidation_empties_the_only_node_a_pinned_fractional_pod_may_run_on() -> None:
+    # First-fit puts a (any model) on n1, the only node of c's model; c needs half a GPU and waits. At 3600 s
+    # reactive empties n1 for c: a fits n2 at once, n1 stays cordoned 60 s and takes c. Counting only requests
+    # that need whole GPUs, c would wait for a to finish at 20,000 s.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 1, "V100M32"), TraceNode("n2", 1, "V100M16")]
+    pods = [pod("a", 0, 20_000, 1.0), pod("c", 10, 3000, 0.5, models="V100M32")]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, planner=planner, gpu_model="T4-16GB")
+    result = replay("reactive", pods, nodes, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted) == (1, 1)
+    assert result.wait_mean_s == pytest.approx((0 + 3650) / 2)  # c: 10 -> 3660
+
+
 def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_else() -> None:
     # First-fit: a and b on n1 (2 GPUs), c on n2 (4 GPUs). b leaves at 101. At 3600 s n2 holds 1 of its 4 GPUs
     # (planner_consolidation=nodes): c fits n1's free GPU, so n2 is emptied and released; the autoscaler removes
