@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
+from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.planning import packing
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import EPS, Pool, Request
@@ -163,7 +164,11 @@ def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
     free = ctx.gpus
     hosted: dict[Request, float] = {}
     for request, count in pool:
-        if not request.allows(ctx.model.name, ctx.obs.node.labels) or request.gpus > free:
+        if (
+            not request.fits(GPU_RESOURCE, 1.0)  # a named MIG profile: no whole GPU hosts it
+            or not request.allows(ctx.model.name, ctx.obs.node.labels)
+            or request.gpus > free
+        ):
             continue
         take = min(count, float(free // request.gpus))
         if take > EPS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from slicewise.catalog import Catalog
@@ -82,3 +84,29 @@ def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Cata
     assert plan.nodes[0].rule == RULE and plan.nodes[0].pending_served == {}
     (note,) = [n for n in plan.notes if n.startswith("releasable")]
     assert note.endswith("h1, h3")
+
+
+def test_a_pinned_request_no_whole_gpu_can_host_empties_no_node(catalog: Catalog) -> None:
+    # T4s (no MIG): h1 (one GPU, full) is the only node the pending requests' label pin allows, and h2 has room
+    # for h1's pod. Requests for 0.9 of a GPU pinned there (no MPS share holds them) are worth emptying h1 for;
+    # a MIG slice, which no whole GPU hosts, is not.
+    def plans(resource: str, share: float | None) -> tuple[str, str]:
+        h1 = dataclasses.replace(
+            node("h1", model="T4-16GB", mig_config="all-disabled", gpus=1), labels={"pool": "a"}
+        )
+        h2 = dataclasses.replace(
+            node("h2", model="T4-16GB", mig_config="all-disabled", gpus=2), labels={"pool": "b"}
+        )
+        demand = (DemandForecast(resource, 1.0, 1.0, share=share, node_selector=(("pool", ("a",)),)),)
+        loads = whole_gpu_load("h1", 1, 0.3) + whole_gpu_load("h2", 2, 0.3)
+        first, second = plan_fleet(
+            [observe(h1, pod("svc-1", "h1", GPU)), observe(h2, pod("svc-2", "h2", GPU))],
+            Forecasts(tuple(loads), demand, "p90_last_hour", True),
+            catalog,
+            PlannerConfig(max_change_share=1.0, eviction_cost_s=0.0),
+            NOW,
+        ).nodes
+        return first.rule, second.rule
+
+    assert plans(GPU, 0.9)[0] == RULE
+    assert RULE not in plans("nvidia.com/mig-1g.10gb", None)
