@@ -53,9 +53,12 @@ GPU_DTYPES: Final[dict[str, str]] = {
 
 #: kube-state-metrics demand frame.
 DEMAND_LABELS: Final = ("namespace", "pod", "container", "node", "resource")
-#: The forms a pod accepts beyond its resource requests (planning.demand): its declared share of a GPU and the
-#: GPU product its nodeSelector names. Partitions written before these columns existed read as neither.
-DEMAND_FORMS: Final = ("declared_share", "gpu_product")
+#: The forms a pod accepts beyond its resource requests (planning.demand): its declared share of a GPU, and the
+#: GPU product, sharing strategy and replicas its nodeSelector names. Partitions written before these columns
+#: existed read as none of them.
+DEMAND_FORMS: Final = ("declared_share", "gpu_product", "gpu_sharing", "gpu_replicas")
+#: The string-valued forms ("" where the pod names none).
+DEMAND_SELECTORS: Final = ("gpu_product", "gpu_sharing", "gpu_replicas")
 DEMAND_COLUMNS: Final = (TIMESTAMP, *DEMAND_LABELS, "requested", "unschedulable", *DEMAND_FORMS)
 DEMAND_DTYPES: Final[dict[str, str]] = {
     TIMESTAMP: "datetime64[ns, UTC]",
@@ -64,6 +67,8 @@ DEMAND_DTYPES: Final[dict[str, str]] = {
     "unschedulable": "bool",  # kube_pod_status_unschedulable == 1 at that instant
     "declared_share": "float64",  # the pod's slicewise.io/gpu-share annotation; NaN when it has none
     "gpu_product": "string",  # its nodeSelector's nvidia.com/gpu.product; "" when it names none
+    "gpu_sharing": "string",  # its nodeSelector's nvidia.com/gpu.sharing-strategy (none, mps, time-slicing)
+    "gpu_replicas": "string",  # its nodeSelector's nvidia.com/gpu.replicas (replicas per GPU)
 }
 
 #: kube-state-metrics series names used for demand.
@@ -80,6 +85,20 @@ GPU_SHARE_ANNOTATION: Final = "slicewise.io/gpu-share"
 #: The labels kube-state-metrics gives them (``/``, ``.`` and ``-`` sanitised to ``_``).
 SHARE_ANNOTATION_LABEL: Final = "annotation_slicewise_io_gpu_share"
 PRODUCT_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_product"
+SHARING_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_sharing_strategy"
+REPLICAS_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_replicas"
+#: Each string-valued demand form and the GPU feature discovery node label a pod's nodeSelector names for it.
+SELECTOR_NODE_LABELS: Final = {
+    "gpu_product": "nvidia.com/gpu.product",
+    "gpu_sharing": "nvidia.com/gpu.sharing-strategy",  # none, mps or time-slicing
+    "gpu_replicas": "nvidia.com/gpu.replicas",  # replicas per GPU, "1" unshared
+}
+#: Each string-valued demand form and the kube-state-metrics label it is read from.
+SELECTOR_LABELS: Final = {
+    "gpu_product": PRODUCT_SELECTOR_LABEL,
+    "gpu_sharing": SHARING_SELECTOR_LABEL,
+    "gpu_replicas": REPLICAS_SELECTOR_LABEL,
+}
 #: ``nvidia.com/gpu`` as kube-state-metrics names it.
 KSM_GPU: Final = "nvidia_com_gpu"
 #: The most one pod can ask: GPUs (the largest nodes hold 8-16), and MIG instances or shared replicas (7 MIG

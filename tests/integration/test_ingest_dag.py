@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from slicewise import schema, store
+from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import demand as simulated_demand
 from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
 from slicewise.stack import processes
@@ -179,3 +180,38 @@ def test_prometheus_down_fails_the_pull_clearly_and_writes_nothing(
     assert states["validate_partition"] == "upstream_failed"
     assert states["__run__"] == "failed"
     assert not (storage / "metrics").exists() and not (storage / "_staging").exists()
+
+
+def test_pending_pods_shares_and_gpu_selectors_come_through_a_real_prometheus(
+    tmp_path: Path,
+) -> None:
+    # A fleet whose embedders declare a quarter of a GPU and pin MPS with 4 replicas and whose LLM servers pin
+    # A100-80GBs, backfilled for one hour into a Prometheus of its own (the shared one's fleet pins nothing).
+    import copy
+
+    from slicewise.metrics.prometheus import PrometheusEndpoint, PrometheusReader
+    from slicewise.settings import load_settings
+    from slicewise.simulator.backfill import backfill
+    from slicewise.simulator.fleet import load_config
+    from slicewise.stack import prometheus as prometheus_stack
+
+    config = copy.deepcopy(load_config())
+    config["workloads"]["search-embed"] |= {"gpu_share": 0.25, "gpu_sharing": "mps", "gpu_replicas": "4"}
+    config["workloads"]["llm-serve"]["gpu_product"] = "NVIDIA-A100-SXM4-80GB"
+    fleet = Fleet.from_config(config)
+    start = hour(0)
+    labels = prometheus_stack.FLEET_TARGET_LABELS
+    span = (int(start.timestamp()), int((start + timedelta(hours=1)).timestamp()))
+    backfill(fleet, *span, 60, tmp_path / "data", target_labels=labels)
+    service = prometheus_stack.start(tmp_path)
+    try:
+        reader = PrometheusReader(PrometheusEndpoint(service.url), load_settings(environ={}))
+        got = reader.demand(start, start + timedelta(hours=1))
+    finally:
+        processes.stop(service, tmp_path / "run")
+    expected = simulated_demand(fleet, timestamps_of(start))
+    assert set(expected["gpu_sharing"]) == {"", "mps"} and set(expected["gpu_product"]) != {""}
+    key = [schema.TIMESTAMP, *schema.DEMAND_LABELS]
+    pd.testing.assert_frame_equal(
+        got.sort_values(key, ignore_index=True), expected.sort_values(key, ignore_index=True)
+    )

@@ -150,3 +150,27 @@ def test_pending_pods_with_a_declared_share_or_a_product_selector_are_requests_o
     # Partitions written before the form columns existed read as neither.
     old = {(d.share, d.models): d.upper for d in forecasts.pending_demand(frame[columns], 60, catalog)}
     assert old == {(None, ()): pytest.approx(4.0)}
+
+
+def test_pending_pods_pinned_to_a_sharing_mode_carry_it_as_their_node_selector(catalog: Catalog) -> None:
+    from slicewise.cluster.base import REPLICAS_LABEL, SHARING_STRATEGY_LABEL
+
+    end = pd.Timestamp("2026-11-29 12:00", tz="UTC")
+    rows = []
+    for m in range(60):
+        ts = end - pd.Timedelta(minutes=m)
+        rows += [
+            (ts, "ml", "embed-0", "nvidia_com_gpu", 1.0, True, np.nan, "", "mps", "4"),
+            (ts, "ml", "embed-1", "nvidia_com_gpu", 1.0, True, np.nan, "", "mps", "4"),
+            (ts, "ml", "svc-0", "nvidia_com_gpu", 1.0, True, np.nan, "", "none", ""),
+            (ts, "ml", "svc-1", "nvidia_com_gpu", 1.0, True, np.nan, "", "", ""),
+        ]
+    columns = ["timestamp", "namespace", "pod", "resource", "requested", "unschedulable"]
+    forms = ["declared_share", "gpu_product", "gpu_sharing", "gpu_replicas"]
+    frame = pd.DataFrame(rows, columns=[*columns, *forms])
+    demand = {d.node_selector: d.upper for d in forecasts.pending_demand(frame, 60, catalog)}
+    assert demand == {
+        ((REPLICAS_LABEL, ("4",)), (SHARING_STRATEGY_LABEL, ("mps",))): pytest.approx(2.0),
+        ((SHARING_STRATEGY_LABEL, ("none",)),): pytest.approx(1.0),
+        (): pytest.approx(1.0),
+    }

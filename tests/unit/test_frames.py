@@ -165,12 +165,11 @@ def test_demand_frame_flags_unschedulable_pods() -> None:
     assert (frame[frame["pod"] == "train-2"]["node"] == "").all()
 
 
-def test_demand_frame_carries_each_pods_declared_share_and_gpu_product() -> None:
+def test_demand_frame_carries_each_pods_declared_share_and_gpu_selectors() -> None:
     pod_a = {"namespace": "ml", "pod": "embed-0", "container": "main", "resource": "nvidia_com_gpu"}
     pod_b = {"namespace": "ml", "pod": "train-0", "container": "main", "resource": "nvidia_com_gpu"}
     pod_c = {"namespace": "ml", "pod": "odd-0", "container": "main", "resource": "nvidia_com_gpu"}
     shape_share = frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL)
-    shape_product = frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL)
     ids = {"namespace": "ml", "uid": "u"}
     shares = frames.compact(
         [
@@ -181,15 +180,28 @@ def test_demand_frame_carries_each_pods_declared_share_and_gpu_product() -> None
         ],
         shape_share,
     )
-    products = frames.compact(
-        [series({**ids, "pod": "train-0", schema.PRODUCT_SELECTOR_LABEL: "NVIDIA-H100-80GB-HBM3"}, [1.0])],
-        shape_product,
-    )
+    # kube_pod_nodeselectors: one series per pod, every selector label on it.
+    selectors = [
+        series({**ids, "pod": "train-0", schema.PRODUCT_SELECTOR_LABEL: "NVIDIA-H100-80GB-HBM3"}, [1.0]),
+        series(
+            {
+                **ids,
+                "pod": "embed-0",
+                schema.SHARING_SELECTOR_LABEL: "mps",
+                schema.REPLICAS_SELECTOR_LABEL: "4",
+            },
+            [1.0],
+        ),
+    ]
+    by_form = {
+        form: frames.compact(selectors, frames.pod_form_shape(label))
+        for form, label in schema.SELECTOR_LABELS.items()
+    }
     frame = frames.demand_frame(
         [series(pod_a, [1.0, 1.0]), series(pod_b, [1.0, 1.0]), series(pod_c, [1.0, 1.0])],
         [],
         shares,
-        products,
+        by_form,
     )
     by_pod = frame.drop_duplicates("pod").set_index("pod")
     assert by_pod.loc["embed-0", "declared_share"] == 0.25
@@ -197,6 +209,8 @@ def test_demand_frame_carries_each_pods_declared_share_and_gpu_product() -> None
         by_pod.loc["odd-0", "declared_share"]
     )
     assert by_pod["gpu_product"].to_dict() == {"embed-0": "", "train-0": "NVIDIA-H100-80GB-HBM3", "odd-0": ""}
+    assert by_pod["gpu_sharing"].to_dict() == {"embed-0": "mps", "train-0": "", "odd-0": ""}
+    assert by_pod["gpu_replicas"].to_dict() == {"embed-0": "4", "train-0": "", "odd-0": ""}
     assert frame.dtypes.astype(str).to_dict() == schema.DEMAND_DTYPES
 
 

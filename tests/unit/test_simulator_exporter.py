@@ -144,44 +144,55 @@ def test_ksm_series_equal_the_demand_frame(fleet: Fleet, scraped: dict[str, Metr
     assert unschedulable == dict.fromkeys(zip(pending["namespace"], pending["pod"], strict=True), 1.0)
 
 
-def test_declared_shares_and_product_selectors_round_trip_as_kube_state_metrics_exports_them() -> None:
-    # given a fleet whose embedders declare a quarter of a GPU and whose LLM servers select A100-80GBs
+def test_declared_shares_and_gpu_selectors_round_trip_as_kube_state_metrics_exports_them() -> None:
+    # given a fleet whose embedders declare a quarter of a GPU and select MPS with 4 replicas, and whose LLM
+    # servers select A100-80GBs
     config = copy.deepcopy(load_config())
     config["workloads"]["search-embed"]["gpu_share"] = 0.25
+    config["workloads"]["search-embed"]["gpu_sharing"] = "mps"
+    config["workloads"]["search-embed"]["gpu_replicas"] = "4"
     config["workloads"]["llm-serve"]["gpu_product"] = "NVIDIA-A100-SXM4-80GB"
     fleet = Fleet.from_config(config)
     expected = demand(fleet, [INSTANT])
     scraped = _scrape(fleet)
 
-    # then each of their pods carries the label kube-state-metrics gives the annotation / the nodeSelector
+    # then each of their pods carries the label kube-state-metrics gives the annotation / the nodeSelector, the
+    # selectors on one series per pod
     def pods_with(family: str, label: str) -> dict[str, str]:
-        return {s.labels["pod"]: s.labels[label] for s in scraped[family].samples}
+        return {s.labels["pod"]: s.labels[label] for s in scraped[family].samples if label in s.labels}
 
     shares = pods_with(schema.KSM_POD_ANNOTATIONS, schema.SHARE_ANNOTATION_LABEL)
     products = pods_with(schema.KSM_POD_NODESELECTORS, schema.PRODUCT_SELECTOR_LABEL)
+    sharing = pods_with(schema.KSM_POD_NODESELECTORS, schema.SHARING_SELECTOR_LABEL)
+    replicas = pods_with(schema.KSM_POD_NODESELECTORS, schema.REPLICAS_SELECTOR_LABEL)
     embed = set(expected.loc[expected["pod"].str.startswith("search-embed"), "pod"])
     llm = set(expected.loc[expected["pod"].str.startswith("llm-serve"), "pod"])
     assert embed and llm
     assert shares == dict.fromkeys(embed, "0.25")
     assert products == dict.fromkeys(llm, "NVIDIA-A100-SXM4-80GB")
+    assert sharing == dict.fromkeys(embed, "mps") and replicas == dict.fromkeys(embed, "4")
+    selector_pods = [s.labels["pod"] for s in scraped[schema.KSM_POD_NODESELECTORS].samples]
+    assert len(selector_pods) == len(set(selector_pods))  # one series per pod
 
     # and the ingest's frame builder reads them back into the demand frame's form columns
     def as_series(family: str) -> list[dict[str, object]]:
         return [{"metric": s.labels, "values": [[INSTANT, str(s.value)]]} for s in scraped[family].samples]
 
+    selectors = as_series(schema.KSM_POD_NODESELECTORS)
     frame = frames.demand_frame(
         as_series(schema.KSM_REQUESTS),
         as_series(schema.KSM_UNSCHEDULABLE),
         frames.compact(
             as_series(schema.KSM_POD_ANNOTATIONS), frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL)
         ),
-        frames.compact(
-            as_series(schema.KSM_POD_NODESELECTORS), frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL)
-        ),
+        {
+            form: frames.compact(selectors, frames.pod_form_shape(label))
+            for form, label in schema.SELECTOR_LABELS.items()
+        },
     )
     key = ["namespace", "pod", "container", "resource"]
-    got = frame.set_index(key).sort_index()[["declared_share", "gpu_product"]]
-    want = expected.set_index(key).sort_index()[["declared_share", "gpu_product"]]
+    got = frame.set_index(key).sort_index()[list(schema.DEMAND_FORMS)]
+    want = expected.set_index(key).sort_index()[list(schema.DEMAND_FORMS)]
     pd.testing.assert_frame_equal(got, want)
 
 

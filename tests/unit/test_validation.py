@@ -97,6 +97,8 @@ def demand_frame() -> pd.DataFrame:
             "unschedulable": [False, False, True],
             "declared_share": [0.5, float("nan"), float("nan")],
             "gpu_product": ["", "", "NVIDIA-A100-SXM4-80GB"],
+            "gpu_sharing": ["", "", "mps"],
+            "gpu_replicas": ["", "", "4"],
         }
     )
     return frame.astype(schema.DEMAND_DTYPES)
@@ -427,6 +429,16 @@ DEMAND_BAD = [
         "null product",
         lambda f: f.assign(gpu_product=pd.array([None, "", ""], dtype="string")),
         "demand gpu_product missing",
+    ),
+    (
+        "unknown sharing strategy",
+        lambda f: f.assign(gpu_sharing=pd.array(["", "", "MPS please"], dtype="string")),
+        "demand gpu_sharing not a GPU feature discovery sharing strategy",
+    ),
+    (
+        "replicas not a count",
+        lambda f: f.assign(gpu_replicas=pd.array(["", "0", ""], dtype="string")),
+        "demand gpu_replicas not a replica count",
     ),
 ]
 

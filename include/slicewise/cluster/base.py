@@ -27,7 +27,9 @@ LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_PRODUCT_LABEL = schema.SELECTOR_NODE_LABELS["gpu_product"]
+SHARING_STRATEGY_LABEL = schema.SELECTOR_NODE_LABELS["gpu_sharing"]
+REPLICAS_LABEL = schema.SELECTOR_NODE_LABELS["gpu_replicas"]
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 #: Nodes whose GPUs the NVIDIA DRA driver allocates carry this label (GPU Operator, "NVIDIA DRA Driver for GPUs":
 #: the label selecting the driver's GPU kubelet plugin). There, MIG is the driver's to partition dynamically, and

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from slicewise import schema
 from slicewise.catalog import Catalog, ksm_resource, load_catalog, resource_for_profile
 from slicewise.catalog.resources import GPU_RESOURCE, WHOLE_GPUS
 from slicewise.errors import NotYet
@@ -127,7 +128,7 @@ def load_recent(root: ObjectStoragePath, end: datetime, hours: int) -> tuple[pd.
     """GPU and demand frames of the published hours in ``[end - hours, end)`` (quarantined hours are skipped)."""
     import pandas as pd
 
-    from slicewise import schema, store
+    from slicewise import store
 
     gpu, demand = [], []
     for back in range(hours, 0, -1):
@@ -189,7 +190,9 @@ def pending_demand(
     Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
     request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``; a pod that declares a share
     (``declared_share``) is one request of that share, and one whose nodeSelector names a GPU product
-    (``gpu_product``) allows that catalogue model only (a product the catalogue does not know: no model)."""
+    (``gpu_product``) allows that catalogue model only (a product the catalogue does not know: no model); one
+    that names a sharing strategy or replica count (``gpu_sharing``, ``gpu_replicas``) carries them as its node
+    selector."""
 
     if demand.empty:
         return []
@@ -205,8 +208,9 @@ def pending_demand(
         resource=recent["resource"].astype(str).map(lambda r: names.get(r, r)),
         **_forms(recent, catalog),
     )
-    keys = ["resource", "share", "models"]
-    pools: dict[tuple[str, float | None, int, tuple[str, ...]], pd.Series] = {}
+    keys = ["resource", "share", "models", "node_selector"]
+    Key = tuple[str, float | None, int, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]
+    pools: dict[Key, pd.Series] = {}
     if "pod" in recent.columns:
         per_pod = recent.groupby(["second", "namespace", "pod", *keys], observed=True, dropna=False)
         pods = per_pod["requested"].sum().reset_index()
@@ -219,26 +223,36 @@ def pending_demand(
     else:
         pods = recent.assign(gpus=1, count=recent["requested"])
     for key, group in pods.groupby([*keys, "gpus"], dropna=False):
-        resource, share, models, gpus = cast("tuple[str, float, tuple[str, ...], int]", key)
+        resource, share, models, selector, gpus = cast("tuple[str, float, Any, Any, int]", key)
         size = None if math.isnan(share) else float(share)
-        pools[(str(resource), size, int(gpus), models)] = group.groupby("second")["count"].sum()
+        pools[(str(resource), size, int(gpus), models, selector)] = group.groupby("second")["count"].sum()
     out = []
-    for (resource, size, gpus, models), per_second in pools.items():
+    for (resource, size, gpus, models, selector), per_second in pools.items():
         per_step = per_second.reindex(steps, fill_value=0.0).to_numpy(float)
         upper = float(np.quantile(per_step, quantile))
         median = float(np.median(per_step))
         if upper > 0 or median > 0:
             kind = WHOLE_GPUS if gpus > 1 else resource
-            out.append(DemandForecast(kind, median, upper, size, gpus, models))
-    return sorted(out, key=lambda d: (d.resource, d.gpus, d.share or 0.0, d.models))
+            out.append(DemandForecast(kind, median, upper, size, gpus, models, selector))
+    return sorted(out, key=lambda d: (d.resource, d.gpus, d.share or 0.0, d.models, d.node_selector))
 
 
 def _forms(recent: pd.DataFrame, catalog: Catalog) -> dict[str, Any]:
-    """The ``share`` and ``models`` columns: each row's declared share (NaN: none) and allowed models (())."""
+    """The ``share``, ``models`` and ``node_selector`` columns: each row's declared share (NaN: none), allowed
+    models (()) and the sharing labels its nodeSelector names (())."""
     shares = recent["declared_share"] if "declared_share" in recent.columns else np.nan
+    named = [
+        (schema.SELECTOR_NODE_LABELS[form], recent[form].fillna("").astype(str).to_numpy())
+        for form in ("gpu_sharing", "gpu_replicas")
+        if form in recent.columns  # partitions written before these columns name none
+    ]
+    selectors = [
+        tuple(sorted((label, (str(values[i]),)) for label, values in named if values[i]))
+        for i in range(len(recent))
+    ]
     products = recent["gpu_product"].fillna("").astype(str) if "gpu_product" in recent.columns else None
     if products is None:
-        return {"share": shares, "models": [()] * len(recent)}
+        return {"share": shares, "models": [()] * len(recent), "node_selector": selectors}
 
     def allowed(product: str) -> tuple[str, ...]:
         if not product:
@@ -246,7 +260,7 @@ def _forms(recent: pd.DataFrame, catalog: Catalog) -> dict[str, Any]:
         model = catalog.model_for_product(product)
         return (model.name,) if model is not None else (f"unknown product {product}",)
 
-    return {"share": shares, "models": products.map(allowed)}
+    return {"share": shares, "models": products.map(allowed), "node_selector": selectors}
 
 
 def assemble(

@@ -292,11 +292,11 @@ def demand_frame(
     requests: Iterable[Series | CompactSeries],
     unschedulable: Iterable[Series | CompactSeries],
     shares: Iterable[CompactSeries] = (),
-    products: Iterable[CompactSeries] = (),
+    selectors: Mapping[str, Iterable[CompactSeries]] | None = None,
 ) -> pd.DataFrame:
     """Build the demand frame: every GPU request of every pod container, flagged when the pod is unschedulable,
-    with the pod's declared share and the GPU product its nodeSelector names (``shares`` / ``products``: series
-    shaped by :func:`pod_form_shape`; a pod's last value wins)."""
+    with the pod's declared share and what its nodeSelector names (``selectors``: per string-valued form of
+    ``schema.DEMAND_SELECTORS``; every series shaped by :func:`pod_form_shape`; a pod's last value wins)."""
     import pandas as pd
 
     index = _SeriesIndex()
@@ -322,10 +322,12 @@ def demand_frame(
     row_keys = row_pods[codes] * 2**42 + wide["ms"].to_numpy() if len(codes) else np.empty(0, dtype=np.int64)
     wide["unschedulable"] = np.isin(row_keys, np.concatenate(pending_keys)) if pending_keys else False
     pods = list(zip(labels["namespace"], labels["pod"], strict=True))
-    share_of, product_of = _last_per_pod(shares), _last_per_pod(products)
+    share_of = _last_per_pod(shares)
     declared = np.array([schema.parse_gpu_share(share_of.get(p)) for p in pods], dtype=np.float64)
     wide["declared_share"] = declared[codes] if len(codes) else np.empty(0)
-    wide["gpu_product"] = np.array([product_of.get(p, "") for p in pods], dtype=object)[codes]
+    for form in schema.DEMAND_SELECTORS:
+        value_of = _last_per_pod((selectors or {}).get(form, ()))
+        wide[form] = np.array([value_of.get(p, "") for p in pods], dtype=object)[codes]
     wide[schema.TIMESTAMP] = pd.to_datetime(wide["ms"].astype("int64"), unit="ms", utc=True)
     frame = wide[list(schema.DEMAND_COLUMNS)].astype(schema.DEMAND_DTYPES)
     return frame.sort_values([schema.TIMESTAMP, *schema.DEMAND_LABELS], ignore_index=True)

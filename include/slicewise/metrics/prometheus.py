@@ -212,11 +212,12 @@ class PrometheusReader:
             self._range("declared GPU shares", promql.demand_share_query(step_s), start, end),
             frames.pod_form_shape(schema.SHARE_ANNOTATION_LABEL),
         )
-        products = frames.compact(
-            self._range("GPU product selectors", promql.demand_product_query(step_s), start, end),
-            frames.pod_form_shape(schema.PRODUCT_SELECTOR_LABEL),
-        )
-        return frames.demand_frame(requests, pending, shares, products)
+        selectors = self._range("GPU node selectors", promql.demand_selector_query(step_s), start, end)
+        by_form = {
+            form: frames.compact(selectors, frames.pod_form_shape(label))
+            for form, label in schema.SELECTOR_LABELS.items()
+        }
+        return frames.demand_frame(requests, pending, shares, by_form)
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -85,11 +85,13 @@ def demand_share_query(step_s: int) -> str:
     )
 
 
-def demand_product_query(step_s: int) -> str:
-    """Pods' ``nvidia.com/gpu.product`` nodeSelectors (kube-state-metrics' opt-in ``kube_pod_nodeselectors``)."""
-    return (
-        f'last_over_time({schema.KSM_POD_NODESELECTORS}{{{schema.PRODUCT_SELECTOR_LABEL}!=""}}'
-        f"[{step_window(step_s)}])"
+def demand_selector_query(step_s: int) -> str:
+    """Pods' nodeSelectors on ``nvidia.com/gpu.product``, ``nvidia.com/gpu.sharing-strategy`` or
+    ``nvidia.com/gpu.replicas`` (kube-state-metrics' opt-in ``kube_pod_nodeselectors``; one series per pod, so
+    ``or`` returns each pod naming any of them once)."""
+    return " or ".join(
+        f'last_over_time({schema.KSM_POD_NODESELECTORS}{{{label}!=""}}[{step_window(step_s)}])'
+        for label in schema.SELECTOR_LABELS.values()
     )
 
 

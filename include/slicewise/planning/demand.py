@@ -84,6 +84,7 @@ def request_for(
 ) -> Request:
     """The request of a pod asking ``resource`` (``gpus`` of it), with its declared share if it has one."""
     models = tuple(sorted(set(models)))
+    selector = tuple(sorted(selector))
     if resource == WHOLE_GPUS or gpus > 1 or (size is not None and size >= 1 - EPS):
         return Request(WHOLE_GPUS, 1.0, gpus, models, selector)
     if size is not None:  # a declared share: any form at least that big, whatever resource it asked for

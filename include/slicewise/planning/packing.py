@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slicewise.catalog import Catalog, Layout, resource_for_profile
 from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.cluster.base import GpuPod
+from slicewise.cluster.base import REPLICAS_LABEL, SHARING_STRATEGY_LABEL, GpuPod
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import EPS, Pool, Request, request_for
 from slicewise.planning.node import NodeContext
@@ -219,12 +220,40 @@ def value_of(request: Request, share: float, tenant: float) -> float:
     return tenant if request.resource == GPU_RESOURCE else share
 
 
+def labels_under(labels: Mapping[str, str], replicas: int) -> dict[str, str]:
+    """A node's labels once it shares its GPUs among ``replicas`` MPS tenants (1: not at all), as GPU feature
+    discovery writes them: what a pod's nodeSelector on the sharing strategy or replica count is matched with."""
+    return {
+        **labels,
+        SHARING_STRATEGY_LABEL: "mps" if replicas > 1 else "none",
+        REPLICAS_LABEL: str(replicas),
+    }
+
+
+def keeps_to(pod: GpuPod, labels: Mapping[str, str]) -> bool:
+    """Whether the pod's nodeSelector on the sharing labels still matches ``labels`` (other keys do not change
+    with a plan)."""
+    return all(
+        labels.get(key) in values
+        for key, values in pod.node_selector.items()
+        if key in (SHARING_STRATEGY_LABEL, REPLICAS_LABEL)
+    )
+
+
 def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:
-    """Running pods first, then ``pool``'s requests, largest first, each on the smallest free slot that hosts it."""
+    """Running pods first, then ``pool``'s requests, largest first, each on the smallest free slot that hosts it.
+
+    A pod or request pinned to a sharing strategy or replica count fits only a candidate that gives the node
+    those labels (a running pod that no longer would is lost)."""
     free, unusable = slots_of(ctx, candidate)
+    labels = labels_under(ctx.obs.node.labels, candidate.replicas)
     served = lost = whole_served = stranded = 0.0
     for pod in ctx.obs.pods:
+        pinned_out = not keeps_to(pod, labels)
         for request in pod_requests(pod):
+            if pinned_out:
+                lost += value_of(request, 0.0, tenant)
+                continue
             share = take_slot(free, request)
             if share is None:
                 lost += value_of(request, 0.0, tenant)
@@ -233,7 +262,7 @@ def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> 
                 stranded += _slack(request, share)
     hosted: dict[Request, float] = {}
     for request, count in pool:
-        if not request.allows(ctx.model.name, ctx.obs.node.labels):
+        if not request.allows(ctx.model.name, labels):
             continue
         units = 0.0
         while units < count - EPS:

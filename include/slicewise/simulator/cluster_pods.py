@@ -16,7 +16,7 @@ import numpy as np
 
 from slicewise import schema
 from slicewise.catalog import resource_for_profile
-from slicewise.cluster.base import EVICTABLE_ANNOTATION, GPU_PRODUCT_LABEL, EvictionBlocked, GpuPod
+from slicewise.cluster.base import EVICTABLE_ANNOTATION, EvictionBlocked, GpuPod
 from slicewise.simulator import mig_manager, noise
 from slicewise.simulator.fleet import Fleet
 from slicewise.simulator.frames import pod_names
@@ -161,8 +161,12 @@ def gpu_pod(pod: SimulatedPod, config: Mapping[str, Any]) -> GpuPod:
         blockers=tuple(blockers),
         budget_blocked=blockers == [budget] if config.get("pdb_blocks", False) else False,
         share=schema.parse_gpu_share(str(config["gpu_share"])) if "gpu_share" in config else None,
-        # the workload's nodeSelector pin, as kube-state-metrics shows it for its pending pods
-        node_selector={GPU_PRODUCT_LABEL: (str(config["gpu_product"]),)} if config.get("gpu_product") else {},
+        # the workload's nodeSelector pins, as kube-state-metrics shows them for its pending pods
+        node_selector={
+            label: (str(config[form]),)
+            for form, label in schema.SELECTOR_NODE_LABELS.items()
+            if config.get(form)
+        },
     )
 
 

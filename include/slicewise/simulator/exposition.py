@@ -50,7 +50,7 @@ HOSTNAME_LABELS = ("Hostname", "hostname")
 EXPORTED_LABELS = frozenset(
     {"gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", *HOSTNAME_LABELS}
     | {"container", "namespace", "pod", "uid", "node", "resource", "unit"}
-    | {schema.SHARE_ANNOTATION_LABEL, schema.PRODUCT_SELECTOR_LABEL}
+    | {schema.SHARE_ANNOTATION_LABEL, *schema.SELECTOR_LABELS.values()}
 )
 LabelSet = tuple[tuple[str, str], ...]
 
@@ -202,25 +202,38 @@ def ksm_families(fleet: Fleet, demand: Rows, timestamps: np.ndarray) -> list[Fam
 
 
 def _pod_form_families(demand: Rows) -> list[FamilySamples]:
-    """``kube_pod_annotations`` (allowlisted ``slicewise.io/gpu-share``) and ``kube_pod_nodeselectors``
-    (``nvidia.com/gpu.product``) of the pods that carry them, one sample per pod and instant."""
+    """``kube_pod_annotations`` (allowlisted ``slicewise.io/gpu-share``) and ``kube_pod_nodeselectors`` (the GPU
+    labels of ``schema.SELECTOR_LABELS``, all on one series per pod as kube-state-metrics writes them) of the pods
+    that carry them, one sample per pod and instant."""
     out = []
     shares = np.array([f"{v:g}" if not math.isnan(v) else "" for v in demand["declared_share"]], dtype=object)
     forms = (
-        (schema.KSM_POD_ANNOTATIONS, schema.SHARE_ANNOTATION_LABEL, shares),
-        (schema.KSM_POD_NODESELECTORS, schema.PRODUCT_SELECTOR_LABEL, demand["gpu_product"]),
+        (schema.KSM_POD_ANNOTATIONS, ((schema.SHARE_ANNOTATION_LABEL, shares),)),
+        (
+            schema.KSM_POD_NODESELECTORS,
+            tuple((label, demand[form]) for form, label in schema.SELECTOR_LABELS.items()),
+        ),
     )
     pod_cols = ("namespace", "pod", "uid")
-    for family, label, values in forms:
-        rows = np.flatnonzero(values != "")
+    for family, labelled in forms:
+        rows = np.flatnonzero(np.logical_or.reduce([values != "" for _, values in labelled]))
         if len(rows):
+            values = [v[rows] for _, v in labelled]
             # One sample per pod and instant, however many containers the pod has.
-            columns = [demand[c][rows] for c in pod_cols] + [values[rows], demand[schema.TIMESTAMP][rows]]
+            columns = [demand[c][rows] for c in pod_cols] + values + [demand[schema.TIMESTAMP][rows]]
             _, first = _factorize(columns)
             rows = rows[np.sort(first)]
-            codes, firsts = _factorize([demand[c][rows] for c in pod_cols] + [values[rows]])
+            values = [v[rows] for _, v in labelled]
+            codes, firsts = _factorize([demand[c][rows] for c in pod_cols] + values)
             sets = [
-                (*((c, str(demand[c][rows[i]])) for c in pod_cols), (label, str(values[rows[i]])))
+                (
+                    *((c, str(demand[c][rows[i]])) for c in pod_cols),
+                    *(
+                        (label, str(v[i]))
+                        for (label, _), v in zip(labelled, values, strict=True)
+                        if v[i] != ""
+                    ),
+                )
                 for i in firsts.tolist()
             ]
         else:

@@ -42,6 +42,8 @@ class Workload:
     container: str
     gpu_share: float | None = None  # its pods' slicewise.io/gpu-share annotation (config key gpu_share)
     gpu_product: str = ""  # their nodeSelector's nvidia.com/gpu.product (config key gpu_product)
+    gpu_sharing: str = ""  # their nodeSelector's nvidia.com/gpu.sharing-strategy (config key gpu_sharing)
+    gpu_replicas: str = ""  # their nodeSelector's nvidia.com/gpu.replicas (config key gpu_replicas)
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Fleet:
                 raw["container"],
                 schema.parse_gpu_share(str(raw["gpu_share"])) if "gpu_share" in raw else None,
                 str(raw.get("gpu_product", "")),
+                str(raw.get("gpu_sharing", "")),
+                str(raw.get("gpu_replicas", "")),
             )
             for name, raw in config["workloads"].items()
         }

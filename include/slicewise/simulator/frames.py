@@ -252,7 +252,8 @@ def demand_rows(fleet: Fleet, timestamps: Any) -> Rows:
     rows["requested"] = np.ones(n_rows(rows), dtype=np.float64)
     shares = [np.nan if w.gpu_share is None else w.gpu_share for w in wl_objs]
     rows["declared_share"] = np.array(shares, dtype=np.float64)[rows["workload"]]
-    rows["gpu_product"] = _strings([w.gpu_product for w in wl_objs])[rows["workload"]]
+    for form in schema.DEMAND_SELECTORS:
+        rows[form] = _strings([getattr(w, form) for w in wl_objs])[rows["workload"]]
     del rows["workload"]
     return rows
 

@@ -38,6 +38,8 @@ from slicewise.cluster.base import (
     MANAGED_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
+    REPLICAS_LABEL,
+    SHARING_STRATEGY_LABEL,
 )
 
 ALL_DISABLED = "all-disabled"
@@ -53,8 +55,6 @@ OPERAND_LABELS = (
 MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: GFD's product suffix on a node whose GPUs are shared (renameByDefault=false; k8s-device-plugin GFD).
 SHARED_SUFFIX = "-SHARED"

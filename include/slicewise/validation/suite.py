@@ -381,7 +381,27 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
             strict_min=True,
         )
     )
-    for label in ("container", "node", "gpu_product"):
+    for label in ("container", "node", *schema.DEMAND_SELECTORS):
         # "" is valid (a pending pod has no node); null is not, it breaks joins.
         found.append(_not_null(label, 'an unset label must be "", a null breaks joins', kind="demand "))
+    found.append(
+        _check(
+            gxe.ExpectColumnValuesToBeInSet,
+            needs=("gpu_sharing",),
+            what="demand gpu_sharing not a GPU feature discovery sharing strategy",
+            why="the planner hosts a pod pinned to a sharing strategy only where that strategy will be",
+            column="gpu_sharing",
+            value_set=["", "none", "mps", "time-slicing"],
+        )
+    )
+    found.append(
+        _check(
+            gxe.ExpectColumnValuesToMatchRegex,
+            needs=("gpu_replicas",),
+            what="demand gpu_replicas not a replica count",
+            why="the planner hosts a pod pinned to a replica count only where that count will be",
+            column="gpu_replicas",
+            regex=r"^(?:[1-9][0-9]*)?$",
+        )
+    )
     return found

@@ -107,6 +107,8 @@ def requests(
             "unschedulable": unschedulable,
             "declared_share": float("nan"),
             "gpu_product": "",
+            "gpu_sharing": "",
+            "gpu_replicas": "",
         }
         for m in range(minutes)
     ]
