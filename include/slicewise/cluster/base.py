@@ -30,6 +30,8 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRODUCT_LABEL = schema.SELECTOR_NODE_LABELS["gpu_product"]
 SHARING_STRATEGY_LABEL = schema.SELECTOR_NODE_LABELS["gpu_sharing"]
 REPLICAS_LABEL = schema.SELECTOR_NODE_LABELS["gpu_replicas"]
+#: GFD's product suffix on a node whose GPUs are shared (renameByDefault=false; k8s-device-plugin GFD).
+SHARED_SUFFIX = "-SHARED"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 #: Nodes whose GPUs the NVIDIA DRA driver allocates carry this label (GPU Operator, "NVIDIA DRA Driver for GPUs":
 #: the label selecting the driver's GPU kubelet plugin). There, MIG is the driver's to partition dynamically, and

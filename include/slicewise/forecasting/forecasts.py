@@ -239,11 +239,12 @@ def pending_demand(
 
 def _forms(recent: pd.DataFrame, catalog: Catalog) -> dict[str, Any]:
     """The ``share``, ``models`` and ``node_selector`` columns: each row's declared share (NaN: none), allowed
-    models (()) and the sharing labels its nodeSelector names (())."""
+    catalogue models (()) and the GPU labels its nodeSelector names, matched as labels too (()): GFD writes the
+    product with ``-SHARED`` on a node shared by MPS, where a pod selecting the plain product no longer fits."""
     shares = recent["declared_share"] if "declared_share" in recent.columns else np.nan
     named = [
         (schema.SELECTOR_NODE_LABELS[form], recent[form].fillna("").astype(str).to_numpy())
-        for form in ("gpu_sharing", "gpu_replicas")
+        for form in schema.DEMAND_SELECTORS
         if form in recent.columns  # partitions written before these columns name none
     ]
     selectors = [

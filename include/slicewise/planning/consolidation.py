@@ -166,7 +166,7 @@ def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
     for request, count in pool:
         if (
             not request.fits(GPU_RESOURCE, 1.0)  # a named MIG profile: no whole GPU hosts it
-            or not request.allows(ctx.model.name, packing.labels_under(ctx.obs.node.labels, 1))
+            or not request.allows(ctx.model.name, packing.labels_under(ctx.obs.node, 1))
             or request.gpus > free
         ):
             continue

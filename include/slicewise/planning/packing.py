@@ -29,7 +29,14 @@ from dataclasses import dataclass
 
 from slicewise.catalog import Catalog, Layout, resource_for_profile
 from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.cluster.base import REPLICAS_LABEL, SHARING_STRATEGY_LABEL, GpuPod
+from slicewise.cluster.base import (
+    GPU_PRODUCT_LABEL,
+    REPLICAS_LABEL,
+    SHARED_SUFFIX,
+    SHARING_STRATEGY_LABEL,
+    GpuNode,
+    GpuPod,
+)
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import EPS, Pool, Request, request_for
 from slicewise.planning.node import NodeContext
@@ -220,23 +227,26 @@ def value_of(request: Request, share: float, tenant: float) -> float:
     return tenant if request.resource == GPU_RESOURCE else share
 
 
-def labels_under(labels: Mapping[str, str], replicas: int) -> dict[str, str]:
+#: The node labels a plan changes (GPU feature discovery rewrites them with the sharing configuration).
+PLANNED_LABELS = (SHARING_STRATEGY_LABEL, REPLICAS_LABEL, GPU_PRODUCT_LABEL)
+
+
+def labels_under(node: GpuNode, replicas: int) -> dict[str, str]:
     """A node's labels once it shares its GPUs among ``replicas`` MPS tenants (1: not at all), as GPU feature
-    discovery writes them: what a pod's nodeSelector on the sharing strategy or replica count is matched with."""
-    return {
-        **labels,
-        SHARING_STRATEGY_LABEL: "mps" if replicas > 1 else "none",
-        REPLICAS_LABEL: str(replicas),
-    }
+    discovery writes them: the sharing strategy, the replica count, and the product with ``-SHARED`` while
+    shared. What a pod's nodeSelector on them is matched with."""
+    labels = {GPU_PRODUCT_LABEL: node.gpu_product, **node.labels} if node.gpu_product else dict(node.labels)
+    out = {**labels, SHARING_STRATEGY_LABEL: "mps" if replicas > 1 else "none", REPLICAS_LABEL: str(replicas)}
+    if product := labels.get(GPU_PRODUCT_LABEL):
+        out[GPU_PRODUCT_LABEL] = product.removesuffix(SHARED_SUFFIX) + (SHARED_SUFFIX if replicas > 1 else "")
+    return out
 
 
 def keeps_to(pod: GpuPod, labels: Mapping[str, str]) -> bool:
-    """Whether the pod's nodeSelector on the sharing labels still matches ``labels`` (other keys do not change
-    with a plan)."""
+    """Whether the pod's nodeSelector on the labels a plan changes still matches ``labels`` (others do not
+    change with a plan)."""
     return all(
-        labels.get(key) in values
-        for key, values in pod.node_selector.items()
-        if key in (SHARING_STRATEGY_LABEL, REPLICAS_LABEL)
+        labels.get(key) in values for key, values in pod.node_selector.items() if key in PLANNED_LABELS
     )
 
 
@@ -246,7 +256,7 @@ def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> 
     A pod or request pinned to a sharing strategy or replica count fits only a candidate that gives the node
     those labels (a running pod that no longer would is lost)."""
     free, unusable = slots_of(ctx, candidate)
-    labels = labels_under(ctx.obs.node.labels, candidate.replicas)
+    labels = labels_under(ctx.obs.node, candidate.replicas)
     served = lost = whole_served = stranded = 0.0
     for pod in ctx.obs.pods:
         pinned_out = not keeps_to(pod, labels)

@@ -39,6 +39,7 @@ from slicewise.cluster.base import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     REPLICAS_LABEL,
+    SHARED_SUFFIX,
     SHARING_STRATEGY_LABEL,
 )
 
@@ -56,8 +57,6 @@ MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-#: GFD's product suffix on a node whose GPUs are shared (renameByDefault=false; k8s-device-plugin GFD).
-SHARED_SUFFIX = "-SHARED"
 FAULTS = ("none", "fail", "stuck")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import REPLICAS_LABEL, SHARING_STRATEGY_LABEL
+from slicewise.cluster.base import GPU_PRODUCT_LABEL, REPLICAS_LABEL, SHARED_SUFFIX, SHARING_STRATEGY_LABEL
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts
 from slicewise.planning import packing
 from slicewise.planning.config import PlannerConfig
@@ -22,11 +22,14 @@ GPU = "nvidia.com/gpu"
 
 
 def _plan(
-    catalog: Catalog, selector: tuple[tuple[str, tuple[str, ...]], ...]
+    catalog: Catalog,
+    selector: tuple[tuple[str, tuple[str, ...]], ...],
+    share: float | None = None,
+    count: int = 2,
 ) -> tuple[str, str, dict[str, float]]:
-    # One idle 2-GPU A100 with MIG off; two pending pods asking one nvidia.com/gpu each.
+    # One idle 2-GPU A100 with MIG off; ``count`` pending pods asking one nvidia.com/gpu each (of ``share``).
     idle = node("a", mig_config="all-disabled", gpus=2)
-    demand = (DemandForecast(GPU, 2, 2, node_selector=selector),)
+    demand = (DemandForecast(GPU, count, count, share=share, node_selector=selector),)
     plan = plan_fleet(
         [observe(idle)],
         Forecasts(tuple(whole_gpu_load("a", 2, 0.0, memory=0.0)), demand, "p90_last_hour", True),
@@ -61,3 +64,31 @@ def test_a_running_pod_pinned_to_mps_is_lost_under_whole_gpus_and_kept_under_mps
     whole = packing.place(ctx, packing.Candidate(None, 1), Pool(), 1.0)
     mps = packing.place(ctx, packing.Candidate(None, 2), Pool(), 1.0)
     assert whole.lost > 0 and mps.lost == 0
+
+
+def test_requests_pinned_to_the_plain_product_are_not_planned_onto_mps_which_renames_it(
+    catalog: Catalog,
+) -> None:
+    # GFD writes nvidia.com/gpu.product with -SHARED on a node shared by MPS: a pod selecting the plain product
+    # no longer fits there, one selecting the -SHARED name only fits there.
+    product = catalog.model("A100-80GB").gpu_product
+    # Four pods declaring half a GPU: unpinned, MPS with 2 tenants hosts all four on the two GPUs.
+    assert _plan(catalog, (), share=0.5, count=4)[1] == catalog.device_plugin_config_for(2)
+    plain = _plan(catalog, ((GPU_PRODUCT_LABEL, (product,)),), share=0.5, count=4)
+    shared = _plan(catalog, ((GPU_PRODUCT_LABEL, (product + SHARED_SUFFIX,)),), share=0.5, count=4)
+    assert plain[0] == KEEP and plain[1] == "default"
+    assert shared[0] == CHANGE and shared[1] == catalog.device_plugin_config_for(2)
+
+
+def test_labels_under_a_configuration_follow_what_gpu_feature_discovery_writes(catalog: Catalog) -> None:
+    shared = node("c", mig_config="all-disabled", plugin=catalog.device_plugin_config_for(4), gpus=2)
+    product = shared.gpu_product
+    shared = dataclasses.replace(shared, labels={GPU_PRODUCT_LABEL: product + SHARED_SUFFIX, "zone": "z1"})
+    assert packing.labels_under(shared, 1) == {
+        GPU_PRODUCT_LABEL: product,
+        SHARING_STRATEGY_LABEL: "none",
+        REPLICAS_LABEL: "1",
+        "zone": "z1",
+    }
+    assert packing.labels_under(shared, 4)[GPU_PRODUCT_LABEL] == product + SHARED_SUFFIX
+    assert packing.labels_under(shared, 4)[REPLICAS_LABEL] == "4"
