@@ -253,8 +253,9 @@ def keeps_to(pod: GpuPod, labels: Mapping[str, str]) -> bool:
 def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:
     """Running pods first, then ``pool``'s requests, largest first, each on the smallest free slot that hosts it.
 
-    A pod or request pinned to a sharing strategy or replica count fits only a candidate that gives the node
-    those labels (a running pod that no longer would is lost)."""
+    A pod or request whose nodeSelector names a label the candidate rewrites (sharing strategy, replica count,
+    product: :func:`labels_under`) fits only a candidate that gives the node those labels (a running pod that
+    would no longer fit is lost)."""
     free, unusable = slots_of(ctx, candidate)
     labels = labels_under(ctx.obs.node, candidate.replicas)
     served = lost = whole_served = stranded = 0.0
