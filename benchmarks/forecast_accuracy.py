@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/forecast_accuracy.py [--horizons 15 60] [--seeds 0 1 2] [--folds 4]
         [--first-fraction 0.5] [--epochs 8] [--philly-days 3] [--only genai|philly]
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
+        [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
 a fresh model trained on the first ``--first-fraction`` of the trace's time span, then, before each of the
@@ -12,6 +13,11 @@ Prints, per fold, the LSTM's P90 pinball loss and MAE as ratios to the best base
 better), calibrated and as trained, and the P90's under-provisioning rate; then per (trace, horizon) the
 median over folds and seeds and the worst fold. One fold or one seed is weak evidence (fresh models on these
 small traces differ by tens of points from seed to seed). Figures are printed, never asserted.
+
+``--expert-weights`` adds, per fold, the LSTM combined per quantile with the baselines
+(:mod:`slicewise.forecasting.experts`): Hedge with each ``--expert-eta`` and/or follow-the-leader, the weights
+fitted on the last ``--expert-hours`` hours of windows whose targets are known before the cut (0: all so far),
+and prints their ratios next to the shipped LSTM's.
 
 - **Alibaba GenAI 2026** (``alibaba_gentd26_gpu_util_dev.csv``): 76 inference pods, 57 s samples over 22.8 h,
   percent -> 0-1 on a 60 s grid; the shipped spec, trained for up to ``--epochs`` epochs within the budget.
@@ -108,7 +114,9 @@ def ratio(models: dict[str, dict[str, Any]], metric: str, name: str = "lstm") ->
     return value / best if value is not None and best else None
 
 
-def fold_rows(trace: str, seed: int, result: dict[str, Any]) -> list[dict[str, Any]]:
+def fold_rows(
+    trace: str, seed: int, result: dict[str, Any], variants: list[str] | None = None
+) -> list[dict[str, Any]]:
     return [
         {
             "trace": trace,
@@ -123,9 +131,42 @@ def fold_rows(trace: str, seed: int, result: dict[str, Any]) -> list[dict[str, A
             "under_raw": fold["models"]["lstm_uncalibrated"]["under_provision_rate_p90"],
             "baseline": best_baseline(fold["models"], "pinball_p90")[0],
             "calibration": fold["calibration"],
+            "variants": {
+                name: (
+                    ratio(fold["models"], "pinball_p90", name),
+                    ratio(fold["models"], "mae", name),
+                    fold["models"][name]["under_provision_rate_p90"],
+                    fold.get("expert_weights", {}).get(name, {}).get("p90", [None])[0],
+                )
+                for name in [LSTM_NAME, *(variants or [])]
+            },
         }
         for index, fold in enumerate(result["folds"])
     ]
+
+
+LSTM_NAME = "lstm"
+
+
+def variant_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per variant (the shipped LSTM first): P90 pinball ratio median / worst, MAE ratio median / worst,
+    median under-provisioning, and the LSTM's median weight in the P90 mix."""
+    import numpy as np
+
+    def stat(values: list[float | None], worst: bool = False) -> str:
+        known = [v for v in values if v is not None]
+        if not known:
+            return "-"
+        return f"{max(known):.3f}" if worst else f"{float(np.median(known)):.3f}"
+
+    first, lines = rows[0], []
+    for name in first["variants"]:
+        cols = [list(c) for c in zip(*(r["variants"][name] for r in rows), strict=True)]
+        lines.append(
+            f"{first['trace']:<7} {first['horizon']:>3} {name:<24} {stat(cols[0]):>10} {stat(cols[0], True):>10} "
+            f"{stat(cols[1]):>8} {stat(cols[1], True):>8} {stat(cols[2]):>7} {stat(cols[3]):>10}"
+        )
+    return lines
 
 
 def fold_line(row: dict[str, Any]) -> str:
@@ -204,6 +245,23 @@ def main() -> None:
         help="the spec's calibration_dead_band, |log-factor| treated as none (default: the shipped spec's)",
     )
     parser.add_argument(
+        "--expert-weights",
+        nargs="+",
+        choices=["hedge", "leader"],
+        default=[],
+        help="add the LSTM combined per quantile with the baselines by these rules (default: none)",
+    )
+    parser.add_argument(
+        "--expert-eta", type=float, nargs="+", default=[2.0, 5.0, 10.0], help="Hedge's eta (default 2 5 10)"
+    )
+    parser.add_argument(
+        "--expert-hours",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="hours of known windows before each cut the weights are fitted on; 0: all so far (default 1)",
+    )
+    parser.add_argument(
         "--only", choices=["genai", "philly"], default=None, help="one trace only (default: both)"
     )
     parser.add_argument(
@@ -214,7 +272,15 @@ def main() -> None:
         raise SystemExit(f"public GPU traces not found at {args.traces} (they live in ../shared/data/traces)")
 
     from slicewise.forecasting.backtest import run_backtest
+    from slicewise.forecasting.experts import ExpertRule
     from slicewise.forecasting.spec import load_specs
+
+    rules = [
+        ExpertRule(kind, eta, hours)
+        for kind in args.expert_weights
+        for hours in args.expert_hours
+        for eta in (args.expert_eta if kind == "hedge" else [0.0])
+    ]
 
     shipped = load_specs()[0]
     # One fresh model per run has no earlier updates to build on, so it gets more epochs than one hourly update.
@@ -238,6 +304,7 @@ def main() -> None:
     began = time.perf_counter()
     rows: list[dict[str, Any]] = []
     summaries: list[str] = []
+    variants: list[str] = []
     traces = [
         ("genai", lambda: genai_panel(args.traces), spec),
         ("philly", lambda: philly_panel(args.traces, args.philly_days), philly_spec(spec)),
@@ -260,16 +327,18 @@ def main() -> None:
                         seed=seed,
                         time_budget_s=args.time_budget_s,
                         folds=args.folds,
+                        expert_rules=rules,
                     )
                 except ValueError as exc:
                     print(f"\n{trace}, horizon {horizon} min: not scored: {exc}")
                     break
                 print(f"\n[seed {seed}]", end=" ")
                 print_run(trace, result, time.perf_counter() - run_began)
-                mine += fold_rows(trace, seed, result)
+                mine += fold_rows(trace, seed, result, [rule.name for rule in rules])
             rows += mine
             if mine:
                 summaries.append(summary_line(mine))
+                variants += variant_lines(mine)
 
     print(
         "\nPer fold: ratios to the best baseline (below 1: the LSTM is better); raw = as trained, uncalibrated"
@@ -287,6 +356,15 @@ def main() -> None:
         f"{'raw worst':>10} {'mae md':>8} {'mae wst':>8} {'mae raw':>8} {'under':>7} {'under raw':>9}"
     )
     print("\n".join(summaries))
+    if rules:
+        print(
+            "\nExpert weighting, over folds and seeds (ratios to the best baseline; w lstm: its P90 weight)"
+        )
+        print(
+            f"{'trace':<7} {'h':>3} {'model':<24} {'p90 median':>10} {'p90 worst':>10} {'mae md':>8} "
+            f"{'mae wst':>8} {'under':>7} {'w lstm md':>10}"
+        )
+        print("\n".join(variants))
     print(f"\nwall time {time.perf_counter() - began:.0f} s")
 
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from slicewise.forecasting import metrics
 from slicewise.forecasting.evaluation import held_out_windows
 from slicewise.forecasting.windows import Panel, Windows, make_windows
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from slicewise.forecasting.experts import ExpertRule
     from slicewise.forecasting.spec import ForecasterSpec
 
 #: Refuse panels larger than this many cells (series x steps): a dense grid over many short-lived series
@@ -136,6 +139,7 @@ def run_backtest(
     seed: int = 0,
     time_budget_s: float | None = None,
     folds: int = 1,
+    expert_rules: Sequence[ExpertRule] = (),
 ) -> dict[str, Any]:
     """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest —
     or, with ``folds`` > 1, roll the origin forward: the rest is cut into ``folds`` equal spans, and before
@@ -156,6 +160,12 @@ def run_backtest(
     (the log-factors per quantile); ``models``: the single fold's, or with several folds each metric's
     median over them; and for the record ``series``, ``steps``, ``step_s``, ``split_step`` (the first cut),
     ``train_windows``, ``test_windows``, ``train_seconds``, ``fitted_windows`` and ``epochs`` summed.
+
+    Each of ``expert_rules`` (:mod:`slicewise.forecasting.experts`) adds a model named after it: per quantile,
+    a convex combination of the calibrated LSTM's forecast and the baselines', weighted by their pinball losses
+    on the windows whose targets are known before the fold's cut, as they were forecast then (the windows
+    scored in earlier folds; before the first cut, the calibration hour, which the model did not train on);
+    the fold's ``expert_weights`` give the weights per rule, quantile and expert.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
     use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
@@ -196,12 +206,24 @@ def run_backtest(
     model = build_model(spec)
     results = []
     trained_to = 0
+    live = _Live.empty(len(spec.quantiles), len(_experts()))
     for index in range(folds):
         cut, end = cuts[index], cuts[index + 1]
         train_end = max(1, calibration_start(spec, cut, panel.step_s))
-        results.append(
-            _fold(panel, spec, model, trained_to, train_end, cut, end, seed + index, time_budget_s)
+        fold, live = _fold(
+            panel,
+            spec,
+            model,
+            trained_to,
+            train_end,
+            cut,
+            end,
+            seed + index,
+            time_budget_s,
+            expert_rules,
+            live,
         )
+        results.append(fold)
         trained_to = max(trained_to, train_end)
     models = results[0]["models"] if folds == 1 else _median_models([r["models"] for r in results])
     return {
@@ -230,9 +252,12 @@ def _fold(
     end: int,
     seed: int,
     time_budget_s: float | None,
-) -> dict[str, Any]:
+    expert_rules: Sequence[ExpertRule] = (),
+    live: _Live | None = None,
+) -> tuple[dict[str, Any], _Live]:
     """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
-    it on the hour after, score it on the windows ending in ``[cut, end)``."""
+    it on the hour after, score it on the windows ending in ``[cut, end)``; with ``expert_rules``, also the
+    combinations fitted on ``live`` (the forecasts of earlier folds), returned with this fold's added."""
     from slicewise.forecasting.evaluation import evaluate
     from slicewise.forecasting.model import calibration_of, predict, set_calibration
     from slicewise.forecasting.training import calibrate, train
@@ -248,10 +273,15 @@ def _fold(
     factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
     identity = np.zeros_like(factors)
 
-    def with_factors(chosen: np.ndarray) -> Any:
+    served: list[np.ndarray] = []  # the calibrated model's forecasts of the scored windows
+
+    def with_factors(chosen: np.ndarray, keep: bool = False) -> Any:
         def predictor(inputs: np.ndarray) -> np.ndarray:
             set_calibration(model, chosen)
-            return predict(model, inputs)
+            out = predict(model, inputs)
+            if keep:
+                served.append(out)
+            return out
 
         return predictor
 
@@ -260,15 +290,52 @@ def _fold(
     evaluation = evaluate(
         panel,
         spec,
-        {LSTM_UNCALIBRATED: with_factors(identity), LSTM: with_factors(factors)},
+        {LSTM_UNCALIBRATED: with_factors(identity), LSTM: with_factors(factors, keep=bool(expert_rules))},
         eval_from_step=cut,
         windows=windows,
     )
     horizon = spec.horizons_minutes[0]
+    models = {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()}
+    live = _Live.empty(len(spec.quantiles), len(_experts())) if live is None else live
+    expert_weights: dict[str, dict[str, list[float]]] = {}
+    if expert_rules:
+        from slicewise.forecasting.experts import combined_quantiles
+
+        steps = spec.horizon_steps()[0]
+        if not len(live.step):  # before the first cut: the calibration hour, unseen in training
+            known = make_windows(panel.head(cut), spec, stride=1, first_step=train_end)
+            set_calibration(model, factors)
+            live = live.plus(known, _expert_forecasts(panel, steps, known, predict(model, known.inputs)))
+        scored = _expert_forecasts(
+            panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
+        )
+        scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
+        for rule in expert_rules:
+            hour = max(1, 3600 // panel.step_s)
+            first = -1 if rule.hours == 0 else cut - steps - round(rule.hours * hour)
+            chosen = (live.step < cut - steps) & (live.step >= first)
+            forecast, mix = combined_quantiles(
+                live.actual[chosen], live.forecasts[chosen], scored, spec.quantiles, rule
+            )
+            by_q = {q: forecast[:, j] for j, q in enumerate(spec.quantiles)}
+            models[rule.name] = _json_metrics(
+                metrics.score(
+                    windows.targets[:, 0].astype(float),
+                    by_q,
+                    naive_mae=scale,
+                    upper_quantile=spec.upper_quantile,
+                )
+            )
+            expert_weights[rule.name] = {
+                f"p{round(q * 100)}": [round(float(w), 4) for w in mix[j]]
+                for j, q in enumerate(spec.quantiles)
+            }
+        live = live.plus(windows, scored)
     return {
         "cut": cut,
         "end": end,
-        "models": {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()},
+        "models": models,
+        "expert_weights": expert_weights,
         "calibration": _levels(spec, factors),
         "calibration_fit": _levels(spec, fitted),
         "train_windows": len(new.inputs) + (len(replay.inputs) if replay is not None else 0),
@@ -276,7 +343,48 @@ def _fold(
         "train_seconds": round(report.seconds, 3),
         "fitted_windows": report.new_windows + report.replay_windows,
         "epochs": report.epochs,
-    }
+    }, live
+
+
+def _experts() -> list[str]:
+    """The experts an expert rule weighs, in order: the calibrated model, then every baseline."""
+    from slicewise.forecasting.baselines import BASELINES
+
+    return [LSTM, *BASELINES]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Live:
+    """Windows forecast so far, for expert weighting: each one's last step, realised target and the experts'
+    forecasts (windows, quantiles, experts)."""
+
+    step: np.ndarray
+    actual: np.ndarray
+    forecasts: np.ndarray
+
+    @staticmethod
+    def empty(quantiles: int, experts: int) -> _Live:
+        return _Live(np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, quantiles, experts)))
+
+    def plus(self, windows: Windows, forecasts: np.ndarray) -> _Live:
+        return _Live(
+            np.concatenate([self.step, windows.step]),
+            np.concatenate([self.actual, windows.targets[:, 0].astype(float)]),
+            np.concatenate([self.forecasts, forecasts]),
+        )
+
+
+def _expert_forecasts(panel: Panel, steps: int, windows: Windows, lstm: np.ndarray) -> np.ndarray:
+    """(windows, quantiles, experts): the model's quantiles (``lstm``, (windows, 1, quantiles)) and each
+    baseline's point forecast for every quantile, at one horizon of ``steps`` steps."""
+    from slicewise.forecasting.baselines import BASELINES
+
+    n_q = lstm.shape[2]
+    points = [
+        baseline(panel.load, step_s=panel.step_s, horizon_steps=steps)[windows.series, windows.step]
+        for baseline in BASELINES.values()
+    ]
+    return np.stack([lstm[:, 0, :], *(np.repeat(p[:, None], n_q, axis=1) for p in points)], axis=-1)
 
 
 def _levels(spec: ForecasterSpec, log_factors: np.ndarray) -> dict[str, float]:
