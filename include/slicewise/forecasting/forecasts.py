@@ -62,7 +62,7 @@ class DemandForecast:
     share: float | None = None  # the share of a GPU each pod declares: any form at least that big hosts it
     gpus: int = 1  # GPUs per pod, on one node
     models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
-    # The rest of the pods' node selector, (label, allowed values) pairs (planning.demand.Selector); () = any.
+    # The node labels the pods' nodeSelector names, (label, allowed values) pairs (planning.demand.Selector).
     node_selector: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
@@ -190,9 +190,9 @@ def pending_demand(
     Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
     request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``; a pod that declares a share
     (``declared_share``) is one request of that share, and one whose nodeSelector names a GPU product
-    (``gpu_product``) allows that catalogue model only (a product the catalogue does not know: no model); one
-    that names a sharing strategy or replica count (``gpu_sharing``, ``gpu_replicas``) carries them as its node
-    selector."""
+    (``gpu_product``) allows that catalogue model only (a product the catalogue does not know: no model); every
+    GPU label its nodeSelector names (product, sharing strategy, replicas: ``gpu_product``, ``gpu_sharing``,
+    ``gpu_replicas``) is also its node selector, matched with the labels a plan gives the node."""
 
     if demand.empty:
         return []

@@ -12,9 +12,10 @@ A request is one pod's ask, counted once whichever form ends up hosting it:
   node; the device plugin refuses a multi-GPU request under MPS.
 
 ``models`` (catalogue names) narrows where any of them may run (a ``gpu_spec``, or a node selector on
-``nvidia.com/gpu.product``); ``selector`` narrows it by the node's labels (the rest of a node selector: the
-backtest's pin to a node-list model, which one catalogue model cannot tell apart). :class:`Pool` holds the
-forecast number of each kind still to host.
+``nvidia.com/gpu.product``); ``selector`` narrows it by node labels: GPU feature discovery's product, sharing
+strategy and replicas as a pod's nodeSelector names them (matched with the labels a plan gives the node,
+``packing.labels_under``), or the backtest's pin to a node-list model, which one catalogue model cannot tell
+apart. :class:`Pool` holds the forecast number of each kind still to host.
 """
 
 from __future__ import annotations

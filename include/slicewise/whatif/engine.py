@@ -376,7 +376,8 @@ class Replay:
     @staticmethod
     def _wants(pod: TracePod, models: FleetModels) -> Request:
         """What a waiting pod asks the planner for: its share (a trace request is a size, so any form at least that
-        big hosts it), or whole GPUs, on the catalogue models its ``gpu_spec`` names. Counted once."""
+        big hosts it), or whole GPUs, on the catalogue models its ``gpu_spec`` names and, as a node selector, the
+        node-list models themselves (``TRACE_MODEL_LABEL``). Counted once."""
         allowed = {models.of(name).name for name in pod.models if name in models.by_name}
         pin = ((TRACE_MODEL_LABEL, pod.models),) if pod.models else ()
         return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed, pin)
