@@ -93,6 +93,8 @@ SELECTOR_NODE_LABELS: Final = {
     "gpu_sharing": "nvidia.com/gpu.sharing-strategy",  # none, mps or time-slicing
     "gpu_replicas": "nvidia.com/gpu.replicas",  # replicas per GPU, "1" unshared
 }
+#: What GPU feature discovery writes in ``nvidia.com/gpu.sharing-strategy`` ("": a pod that pins none).
+SHARING_STRATEGIES: Final = ("", "none", "mps", "time-slicing")
 #: Each string-valued demand form and the kube-state-metrics label it is read from.
 SELECTOR_LABELS: Final = {
     "gpu_product": PRODUCT_SELECTOR_LABEL,

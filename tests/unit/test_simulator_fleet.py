@@ -129,6 +129,19 @@ def test_impossible_nodes_are_rejected_with_a_reason(node: dict[str, Any], messa
         Fleet.from_config(_config_with_nodes(spec))
 
 
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [({"gpu_sharing": "MPS"}, "gpu_sharing 'MPS' is not one of"), ({"gpu_replicas": "0"}, "not a count")],
+)
+def test_a_workload_pinning_an_impossible_sharing_mode_is_rejected(
+    form: dict[str, str], message: str
+) -> None:
+    config = load_config()
+    config["workloads"]["vision-infer"] |= form
+    with pytest.raises(FleetConfigError, match=message):
+        Fleet.from_config(config)
+
+
 @pytest.mark.parametrize("n_gpus", [1, 20, 1000])
 def test_synthetic_fleet_has_the_requested_gpus_eight_per_node(n_gpus: int) -> None:
     fleet = Fleet.synthetic(n_gpus, seed=7)

@@ -172,6 +172,15 @@ class Fleet:
         for wl in self.workloads.values():
             if wl.workload_class not in self.classes:
                 raise FleetConfigError(f"workload {wl.name}: unknown class {wl.workload_class!r}")
+            if wl.gpu_sharing not in schema.SHARING_STRATEGIES:
+                known = ", ".join(schema.SHARING_STRATEGIES[1:])
+                raise FleetConfigError(
+                    f"workload {wl.name}: gpu_sharing {wl.gpu_sharing!r} is not one of {known}"
+                )
+            if wl.gpu_replicas and not (wl.gpu_replicas.isdigit() and int(wl.gpu_replicas) >= 1):
+                raise FleetConfigError(
+                    f"workload {wl.name}: gpu_replicas {wl.gpu_replicas!r} is not a count >= 1"
+                )
         for node in self.nodes:
             _validate_node(node, self.models, self.workloads)
 

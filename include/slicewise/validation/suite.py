@@ -391,7 +391,7 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
             what="demand gpu_sharing not a GPU feature discovery sharing strategy",
             why="the planner hosts a pod pinned to a sharing strategy only where that strategy will be",
             column="gpu_sharing",
-            value_set=["", "none", "mps", "time-slicing"],
+            value_set=list(schema.SHARING_STRATEGIES),
         )
     )
     found.append(
