@@ -167,19 +167,29 @@ def pack(
 
     Two ways of choosing a free node are tried and the packing on fewer node-GPUs kept: the smallest node that
     holds the pod, and the smallest that holds all the demand still to place (so three whole-GPU pods go to
-    one 4-GPU node, not to a 2-GPU node and then the 4-GPU one)."""
+    one 4-GPU node, not to a 2-GPU node and then the 4-GPU one). When some pods may run only on some GPU
+    models, the pods are also tried most constrained first (fewest GPUs they may use, then largest): largest
+    first, an 8-GPU pod free to go anywhere could take the one 8-GPU node of the model a pinned pod needs."""
     items = sorted(pods, key=lambda item: (-item[1].gpus, -item[1].share, item[0]))
+    orders = [items]
+    if any(ask.models for _, ask in items):
+        probe = Packing(nodes, by_size)
+        room = {ask.models: sum(size * len(ix) for size, ix in probe.buckets(ask.models)) for _, ask in items}
+        orders.append(
+            sorted(items, key=lambda item: (room[item[1].models], -item[1].gpus, -item[1].share, item[0]))
+        )
     best: Packing | None = None
-    for look_ahead in (False, True):
-        packing = Packing(nodes, by_size)
-        left = sum(ask.gpus * ask.share for _, ask in items)
-        for pod, ask in items:
-            if not packing.add(pod, ask, math.ceil(left - EPS) if look_ahead else 0.0):
-                break
-            left -= ask.gpus * ask.share
-        else:
-            if best is None or packing.node_gpus() < best.node_gpus():
-                best = packing
+    for order in orders:
+        for look_ahead in (False, True):
+            packing = Packing(nodes, by_size)
+            left = sum(ask.gpus * ask.share for _, ask in order)
+            for pod, ask in order:
+                if not packing.add(pod, ask, math.ceil(left - EPS) if look_ahead else 0.0):
+                    break
+                left -= ask.gpus * ask.share
+            else:
+                if best is None or packing.node_gpus() < best.node_gpus():
+                    best = packing
     return best
 
 

@@ -65,6 +65,19 @@ def test_free_repacking_releases_nodes_and_the_packer_keeps_small_loads_on_small
     assert result.node_gpu_hours == pytest.approx((4 * 100 + 2 * 900) / 3600)
 
 
+def test_a_pod_pinned_to_a_model_gets_its_node_back_from_one_free_to_go_elsewhere() -> None:
+    # Two 8-GPU nodes of different models. a needs 8 GPUs of any model and, largest first, takes n1 (the first
+    # of the smallest size); b may run only on n1's model. Free repacking moves a to n2: b waits 0 s, where
+    # first-fit (static) keeps it waiting for a.
+    nodes = [TraceNode("n1", 8, "G3"), TraceNode("n2", 8, "G2")]
+    a = pod("a", 0, 10_000, 1.0, gpus=8)
+    b = TracePod("b", 10, 100, 1, 1.0, "LS", ("G3",))
+    _, result = ideal([a, b], nodes, end=20_000)
+    assert result.wait_mean_s == 0
+    static = Replay(POLICIES["static"], (a, b), nodes, CATALOG, CONFIG, (0.0, 20_000.0)).run()
+    assert static.wait_mean_s == pytest.approx((10_000 - 10) / 2)
+
+
 def test_mean_wait_is_no_bound_where_a_policy_lets_a_late_short_pod_finish_first() -> None:
     # Two GPUs. long-1 (0.1 GPU) runs from 0 to 6238 s; pair (both GPUs) waits for it; short (0.1 GPU, 60 s)
     # arrives at 6187 s. static puts short on the free GPU; pair starts when it leaves, at 6247 s. ideal puts
@@ -132,3 +145,33 @@ def test_ideal_is_never_worse_than_any_policy_on_random_small_traces(
         assert _first_difference(bound.waited, other.waited) <= 0, (name, bound.waited, other.waited)
         if result.still_waiting == 0 and result.wait_mean_s == 0:
             assert best.node_gpu_hours <= result.node_gpu_hours + 1e-9, name
+
+
+PINS = ((), ("T4",), ("V100M16",))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    TRACES,
+    st.lists(st.sampled_from(PINS), min_size=12, max_size=12),
+    st.integers(2, 4),
+    st.sampled_from((1, 2, 4)),
+)
+def test_ideal_is_never_worse_than_any_policy_with_pods_pinned_to_gpu_models(
+    raw: list[tuple[int, int, float, int]], pins: list[tuple[str, ...]], count: int, size: int
+) -> None:
+    """The waiting claim above, on fleets of two GPU models with pods that may run on one of them only."""
+    nodes = [TraceNode(f"n{i}", size, ("T4", "V100M16")[i % 2]) for i in range(count)]
+    pods = tuple(
+        TracePod(
+            f"p{i:02}", float(at), float(length), min(gpus, size), share if gpus == 1 else 1.0, "LS", pin
+        )
+        for i, ((at, length, share, gpus), pin) in enumerate(zip(sorted(raw), pins, strict=False))
+    )
+    window = (0.0, 30_000.0)
+    bound = IdealReplay(pods, nodes, CATALOG, CONFIG, window)
+    assert bound.run().still_waiting == 0
+    for name in ("static", "reactive", "packing", "oracle"):
+        other = Replay(POLICIES[name], pods, nodes, CATALOG, CONFIG, window)
+        other.run()
+        assert _first_difference(bound.waited, other.waited) <= 0, (name, bound.waited, other.waited)
