@@ -7,7 +7,7 @@ Everything here is plain data; nothing in this module does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -134,7 +134,22 @@ class GpuPod:
 
     def may_run_on(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` satisfies the pod's node selector (the scheduler would place it there)."""
-        return all(labels.get(key) in values for key, values in self.node_selector.items())
+        return selector_allows(self.node_selector.items(), labels)
+
+
+def selector_allows(selector: Iterable[tuple[str, Collection[str]]], labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy a node selector given as (label, allowed values) pairs."""
+    return all(labels.get(key) in values for key, values in selector)
+
+
+def sharing_labels(product: str, replicas: int) -> dict[str, str]:
+    """The labels GPU feature discovery writes for a node whose GPUs are shared among ``replicas`` MPS tenants
+    (1: not at all): the sharing strategy, the replica count and, given the node's ``product``, the product with
+    ``-SHARED`` while shared (renameByDefault=false)."""
+    out = {SHARING_STRATEGY_LABEL: "mps" if replicas > 1 else "none", REPLICAS_LABEL: str(replicas)}
+    if product:
+        out[GPU_PRODUCT_LABEL] = product.removesuffix(SHARED_SUFFIX) + (SHARED_SUFFIX if replicas > 1 else "")
+    return out
 
 
 class ClusterBackend(Protocol):

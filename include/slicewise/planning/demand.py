@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from slicewise.catalog import Catalog
 from slicewise.catalog.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, WHOLE_GPUS
+from slicewise.cluster.base import selector_allows
 
 #: Pending demand that only whole GPUs can host (pods asking for more than one ``nvidia.com/gpu``). Not a
 #: Kubernetes resource: the name of that kind of request in the demand forecast and in plans.
@@ -62,7 +63,7 @@ class Request:
         """Whether a node of catalogue ``model`` with ``labels`` may host it (labels None: not checked)."""
         if self.models and model not in self.models:
             return False
-        return labels is None or all(labels.get(key) in values for key, values in self.selector)
+        return labels is None or selector_allows(self.selector, labels)
 
     @property
     def label(self) -> str:

@@ -32,10 +32,11 @@ from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.cluster.base import (
     GPU_PRODUCT_LABEL,
     REPLICAS_LABEL,
-    SHARED_SUFFIX,
     SHARING_STRATEGY_LABEL,
     GpuNode,
     GpuPod,
+    selector_allows,
+    sharing_labels,
 )
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.demand import EPS, Pool, Request, request_for
@@ -236,18 +237,13 @@ def labels_under(node: GpuNode, replicas: int) -> dict[str, str]:
     discovery writes them: the sharing strategy, the replica count, and the product with ``-SHARED`` while
     shared. What a pod's nodeSelector on them is matched with."""
     labels = {GPU_PRODUCT_LABEL: node.gpu_product, **node.labels} if node.gpu_product else dict(node.labels)
-    out = {**labels, SHARING_STRATEGY_LABEL: "mps" if replicas > 1 else "none", REPLICAS_LABEL: str(replicas)}
-    if product := labels.get(GPU_PRODUCT_LABEL):
-        out[GPU_PRODUCT_LABEL] = product.removesuffix(SHARED_SUFFIX) + (SHARED_SUFFIX if replicas > 1 else "")
-    return out
+    return {**labels, **sharing_labels(labels.get(GPU_PRODUCT_LABEL, ""), replicas)}
 
 
 def keeps_to(pod: GpuPod, labels: Mapping[str, str]) -> bool:
     """Whether the pod's nodeSelector on the labels a plan changes still matches ``labels`` (others do not
     change with a plan)."""
-    return all(
-        labels.get(key) in values for key, values in pod.node_selector.items() if key in PLANNED_LABELS
-    )
+    return selector_allows(((k, v) for k, v in pod.node_selector.items() if k in PLANNED_LABELS), labels)
 
 
 def place(ctx: NodeContext, candidate: Candidate, pool: Pool, tenant: float) -> Placement:

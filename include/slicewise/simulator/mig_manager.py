@@ -34,13 +34,10 @@ from slicewise.catalog import Catalog, CatalogError, Layout, gpus_capacity, reso
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
-    GPU_PRODUCT_LABEL,
     MANAGED_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
-    REPLICAS_LABEL,
-    SHARED_SUFFIX,
-    SHARING_STRATEGY_LABEL,
+    sharing_labels,
 )
 
 ALL_DISABLED = "all-disabled"
@@ -386,10 +383,8 @@ def _refresh_resources(node: NodeState, catalog: Catalog) -> None:
         del labels[key]
     for profile, count in applied_layout(node) or ():
         labels[resource_for_profile(profile) + ".count"] = str(count * applied_mig_gpus(node))
-    labels[GPU_PRODUCT_LABEL] = model.gpu_product + (SHARED_SUFFIX if replicas > 1 else "")
+    labels.update(sharing_labels(model.gpu_product, replicas))
     labels[GPU_COUNT_LABEL] = str(node["gpus"])
-    labels[REPLICAS_LABEL] = str(replicas)
-    labels[SHARING_STRATEGY_LABEL] = "mps" if replicas > 1 else "none"
 
 
 def describe_conditions(node: NodeState) -> list[str]:
