@@ -310,8 +310,8 @@ def _fold(
             panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
         )
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
+        hour = max(1, 3600 // panel.step_s)
         for rule in expert_rules:
-            hour = max(1, 3600 // panel.step_s)
             first = -1 if rule.hours == 0 else cut - steps - round(rule.hours * hour)
             chosen = (live.step < cut - steps) & (live.step >= first)
             forecast, mix = combined_quantiles(
