@@ -9,8 +9,9 @@ remaining run time plus ``eviction_cost_s`` of restart and warm-up), and the nod
 before its new slots exist (``drain_s`` for a consolidation, which keeps the configuration: the node stays
 cordoned while its pods find room elsewhere). A consolidation that only empties the node
 (``planner_consolidation=nodes``: the plan hosts nothing there) releases it: the cluster autoscaler removes it,
-and the scheduler model places nothing there until a pod fits no node in service; the autoscaler then adds it
-back, empty, after ``scale_up_s`` (one node at a time per kind of request). The planner's own guard rails apply
+and the scheduler model places nothing there until pods fit no node in service; the autoscaler then adds back,
+empty, after ``scale_up_s``, as many released nodes as they need, in one scale-up (cluster-autoscaler's
+binpacking estimator). The planner's own guard rails apply
 as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
 the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
@@ -229,24 +230,43 @@ class Replay:
                 self.events, (when + self.remaining[pod_id], DEPART, pod_id, int(self.epoch[pod_id]))
             )
         if failed and self.fleet.released.any():
-            self._scale_up(list(failed), when)
+            self._scale_up(failed, when)
 
-    def _scale_up(self, asks: list[Ask], when: float) -> None:
-        """The autoscaler adds a released node for each kind of request that fits no node in service, unless a
-        node it is adding already hosts that kind."""
-        for ask in asks:
-            if any(
-                self.fleet.nodes[i].fit(ask.gpus, ask.share) is not None
-                for i in self.adding
-                if self.fleet.eligible(ask.models)[i]
-            ):
-                continue
-            index = self.fleet.to_add(ask, self.adding)
-            if index is None:
-                continue
-            self.adding.add(index)
-            self.meter.node_added()
-            heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
+    def _scale_up(self, failed: Mapping[Ask, None], when: float) -> None:
+        """cluster-autoscaler's scale-up: its binpacking estimator packs the pending pods that fit no node in
+        service, largest first, onto the nodes it is already adding, then onto as many released nodes as they
+        still need (each the least-waste expander's choice, :meth:`ReplayFleet.to_add`), all added at once."""
+        fits_now = {ask: False for ask in failed}
+        stranded = []
+        for pod_id in self.queue:
+            ask = self.asks[pod_id]
+            if ask not in fits_now:
+                fits_now[ask] = self.fleet.find(ask) is not None
+            if not fits_now[ask]:
+                stranded.append(pod_id)
+        stranded.sort(key=lambda pod_id: -self.demand_of[pod_id])  # stable: queue order among equals
+        upcoming = {index: self.fleet.nodes[index].copy() for index in sorted(self.adding)}
+        for pod_id in stranded:
+            ask = self.asks[pod_id]
+            eligible = self.fleet.eligible(ask.models)
+            home = next(
+                (
+                    (node, slots)
+                    for index, node in upcoming.items()
+                    if eligible[index] and (slots := node.fit(ask.gpus, ask.share)) is not None
+                ),
+                None,
+            )
+            if home is None:
+                index = self.fleet.to_add(ask, upcoming)
+                if index is None:
+                    continue  # no released node hosts it: it waits for room in service
+                self.adding.add(index)
+                self.meter.node_added()
+                heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
+                node = upcoming[index] = self.fleet.nodes[index].copy()
+                home = (node, node.fit(ask.gpus, ask.share) or [])
+            home[0].place(pod_id, home[1], self.demand_of[pod_id])
 
     def _enqueue(self, pod_id: int) -> None:
         bisect.insort(self.queue, pod_id)

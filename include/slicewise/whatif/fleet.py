@@ -25,8 +25,8 @@ trace's CPU and memory are not modelled. Ties go to the first node in name order
 the tied nodes at random). Nothing fits -> the pod waits.
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
-placed there; when a pod fits no other node, the autoscaler adds one back (:meth:`ReplayFleet.to_add`, the
-replay charges the time it takes).
+placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
+by :meth:`ReplayFleet.to_add`; the replay charges the time it takes).
 """
 
 from __future__ import annotations

@@ -287,6 +287,33 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     assert (kept.consolidations, kept.nodes_added, kept.wait_mean_s) == (0, 0, 0.0)
 
 
+def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once() -> None:
+    # First-fit: a, b, f, g fill n1; c and the 3-GPU m fill n2; e goes to n3. f, g and m leave by 100 s. n2 and
+    # n3 then each hold 1 of their 4 GPUs (planner_consolidation=nodes) and c and e fit n1's two free GPUs: n2 is
+    # emptied and released at 3600 s, n3 at 7200 s (the change budget allows one node per run). Five one-GPU pods
+    # arrive at 9000 s and fit no node in service: like cluster-autoscaler's binpacking estimator, the
+    # autoscaler adds n2 (for four of them) and n3 (the fifth) in one scale-up, and all five start 200 s later.
+    # One node per kind of request at a time would have made the fifth wait for a second scale-up: 400 s.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 4, "T4"), TraceNode("n2", 4, "T4"), TraceNode("n3", 4, "T4")]
+    pods = [
+        pod("a", 0, 20_000, 1.0),
+        pod("b", 1, 20_000, 1.0),
+        pod("f", 2, 98, 1.0),
+        pod("g", 3, 97, 1.0),
+        pod("c", 4, 20_000, 1.0),
+        pod("m", 5, 95, 1.0, gpus=3),
+        pod("e", 6, 20_000, 1.0),
+        *(pod(f"d{i}", 9000, 1000, 1.0) for i in range(5)),
+    ]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
+    config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
+    result = replay("packing", pods, nodes, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted, result.nodes_added) == (2, 2, 2)
+    assert result.wait_mean_s == pytest.approx(5 * 200 / len(pods))
+
+
 def test_released_nodes_take_no_pods_and_the_smallest_fitting_one_is_added_back() -> None:
     nodes = [
         SimNode(name, gpus, CATALOG.model("A100-80GB"), CATALOG, "all-disabled", "default")
