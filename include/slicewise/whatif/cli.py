@@ -72,9 +72,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--consolidation",
-        choices=("off", "whole-gpus", "nodes"),
-        default="whole-gpus",
-        help="the planner's consolidation (planner_consolidation; default whole-gpus, as production)",
+        type=_consolidation_modes,
+        default=("whole-gpus",),
+        help="the planner's consolidation (planner_consolidation: off, whole-gpus, nodes; default whole-gpus, as "
+        "production); several, comma-separated, or 'all': each planner policy once per mode (packing/nodes, ...), "
+        "to choose the mode on this cluster's own history",
     )
     parser.add_argument(
         "--scheduler",
@@ -152,10 +154,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     from slicewise.costs.pricing import load_prices
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.gpus import parse_model_map
-    from slicewise.whatif.policies import parse_policies
+    from slicewise.whatif.policies import parse_policies, per_consolidation
     from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
-    policies = parse_policies(args.policies)
+    policies = per_consolidation(parse_policies(args.policies), args.consolidation)
     catalog = load_catalog()
     if args.prometheus:
         trace, nodes = _from_prometheus(args, catalog)
@@ -188,7 +190,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,
             split_layouts=args.split_layouts,
-            consolidation=args.consolidation,
+            consolidation=args.consolidation[0],
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
         ),
         price_per_gpu_hour=prices.default_price,
@@ -232,6 +234,8 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
+    for line in report.consolidation_choice(backtest):
+        print(line)
     print(
         f"\n{len(trace.pods):,} pods, {len(fleet):,} nodes, {sum(n.gpus for n in fleet):,} GPUs; "
         f"{'; '.join(inputs['notes'])}; {backtest.seconds:.0f} s. HTML report: {target}"
@@ -325,6 +329,22 @@ def _size(args: argparse.Namespace, inputs: dict[str, Any]) -> int:
         f"<= {args.size_for_wait:g} s"
     )
     return 0
+
+
+def _consolidation_modes(raw: str) -> tuple[str, ...]:
+    from slicewise.planning.consolidation import MODES
+
+    modes = (
+        MODES
+        if raw.strip() == "all"
+        else tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
+    )
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(
+            f"unknown consolidation {unknown or raw!r}; known: {', '.join(MODES)}, all"
+        )
+    return modes
 
 
 def _moment(raw: str) -> datetime:

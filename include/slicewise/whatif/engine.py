@@ -102,7 +102,11 @@ class Replay:
     ):
         """``initial``: (mig.config, device-plugin config) per node, instead of the policy's starting fleet."""
         self.policy, self.pods, self.catalog, self.config = policy, pods, catalog, config
-        self.planner = dataclasses.replace(config.planner, policy=policy.planner or config.planner.policy)
+        self.planner = dataclasses.replace(
+            config.planner,
+            policy=policy.planner or config.planner.policy,
+            consolidation=policy.consolidation or config.planner.consolidation,
+        )
         self.start, self.end = window
         models = config.fleet_models(nodes, catalog)
         node_models = [models.of(n.model) for n in nodes]

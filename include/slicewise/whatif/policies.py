@@ -25,7 +25,7 @@ nodes run ``all-balanced``. Both kinds are spread evenly over the node list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slicewise.whatif.trace import TracePod, evenly_picked
 
@@ -40,6 +40,19 @@ class Policy:
     mixed_fleet: bool  # False: every GPU whole, MIG disabled
     planner: str | None  # planner policy run every hour; None: the layout never changes
     view: str = FORECAST  # what the planner is fed: now | forecast | future
+    consolidation: str | None = None  # planner_consolidation for this policy; None: the backtest's
+
+
+def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
+    """With more than one consolidation mode to compare, each ``packing``-planner policy once per mode, named
+    ``packing/nodes`` and so on (the others once); with one, the policies as they are."""
+    if len(modes) < 2:
+        return list(policies)
+    return [
+        replace(p, name=f"{p.name}/{mode}", consolidation=mode) if p.planner == "packing" else p
+        for p in policies
+        for mode in (modes if p.planner == "packing" else modes[:1])
+    ]
 
 
 POLICIES: dict[str, Policy] = {

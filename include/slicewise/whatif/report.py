@@ -125,6 +125,31 @@ def text_table(backtest: Backtest) -> str:
     return format_table([HEADERS, *rows(backtest)])
 
 
+def consolidation_choice(backtest: Backtest) -> list[str]:
+    """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the mode
+    that waited least and the one that used the fewest node-GPU-hours, and the modes that waited longer than
+    ``static`` — what ``planner_consolidation`` trades on this history."""
+    families: dict[str, dict[str, PolicyResult]] = {}
+    for name, result in backtest.results.items():
+        family, _, mode = name.partition("/")
+        if mode:
+            families.setdefault(family, {})[mode] = result
+    static = backtest.results.get("static")
+    lines = []
+    for family, by_mode in families.items():
+        waits = min(by_mode, key=lambda m: by_mode[m].wait_mean_s)
+        hours = min(by_mode, key=lambda m: by_mode[m].node_gpu_hours)
+        line = (
+            f"{family}: least wait with planner_consolidation={waits} ({by_mode[waits].wait_mean_s:,.0f} s), "
+            f"fewest node-GPU-hours with {hours} ({by_mode[hours].node_gpu_hours:,.0f})"
+        )
+        longer = [m for m, r in by_mode.items() if static is not None and r.wait_mean_s > static.wait_mean_s]
+        if longer:
+            line += f"; waits longer than static with {', '.join(longer)}"
+        lines.append(line)
+    return lines
+
+
 def format_table(lines: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
     return "\n".join(

@@ -228,6 +228,34 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     assert stuck.consolidations == 0 and stuck.wait_mean_s == pytest.approx((20_000 - 10) / 3)
 
 
+def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_names_the_modes() -> None:
+    # The trace of the test above, every consolidation mode at once (slicewise backtest --consolidation all):
+    # packing/off leaves c waiting for a or b to finish (as static does), the other two empty n1 for it.
+    from slicewise.planning.config import PlannerConfig
+    from slicewise.whatif.policies import per_consolidation
+    from slicewise.whatif.report import consolidation_choice
+    from slicewise.whatif.run import Backtest, run_policies
+
+    pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)  # whole-gpus unless a policy says
+    config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner)
+    policies = per_consolidation([POLICIES["static"], POLICIES["reactive"]], ("off", "whole-gpus", "nodes"))
+    assert [p.name for p in policies] == ["static", "reactive/off", "reactive/whole-gpus", "reactive/nodes"]
+    assert per_consolidation(policies[:2], ("nodes",)) == policies[:2]  # one mode: as they are
+    trace = PodTrace(tuple(pods), ())
+    results = run_policies(policies, trace, TWO_NODES, config, (0.0, 30_000.0), workers=1)
+    waits = {name: r.wait_mean_s for name, r in results.items()}
+    assert waits["reactive/off"] == waits["static"] == pytest.approx((20_000 - 10) / 3)
+    assert waits["reactive/whole-gpus"] == waits["reactive/nodes"] == pytest.approx(3650 / 3)
+    backtest = Backtest("pods", "nodes", trace, TWO_NODES, config, (0.0, 30_000.0), results, 0.0)
+    [line] = consolidation_choice(backtest)
+    assert line.startswith("reactive: least wait with planner_consolidation=whole-gpus (1,217 s)")
+    assert "waits longer than static" not in line
+    slower = dict(results, static=results["reactive/whole-gpus"])  # a baseline that waited less than off
+    [line] = consolidation_choice(dataclasses.replace(backtest, results=slower))
+    assert line.endswith("waits longer than static with off")
+
+
 def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> None:
     # Both nodes modelled as one catalogue model, but c's gpu_spec names n2's node-list model only: the planner
     # must see the pin on the pending request, not only on running pods. Spreading puts a on n1 and b on n2. At

@@ -111,6 +111,23 @@ def test_bad_arguments_give_one_error_line(
     assert main(["backtest", "--pods", "/nonexistent.csv", "--nodes", str(small[1])]) == 2
 
 
+def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--workers", "1"]
+    assert (
+        main([*args, "--policies", "static,packing,thresholds", "--consolidation", "off,nodes", "--json"])
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["policies"]) == ["static", "packing/off", "packing/nodes", "thresholds"]
+    assert main([*args, "--policies", "static,packing", "--consolidation", "all", "--html", "/dev/null"]) == 0
+    printed = capsys.readouterr().out
+    assert "packing/whole-gpus" in printed and "packing: least wait with planner_consolidation=" in printed
+    assert main([*args, "--consolidation", "off,sometimes"]) == 2
+    assert "unknown consolidation ['sometimes']" in capsys.readouterr().err
+
+
 @pytest.mark.traces
 def test_on_the_real_sharing_trace_a_small_cluster_queues_less_with_the_planner(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
