@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from slicewise.forecasting import experts
+from slicewise.forecasting import calibration, experts
 from slicewise.forecasting.experts import ExpertRule
 
 NAN = math.nan
@@ -49,12 +50,83 @@ def test_weights_are_fitted_per_quantile_and_the_result_does_not_cross() -> None
     # expert 1 (2.0, over by 1) costs 0.1 and expert 0 (0.5, under by 0.5) costs 0.45.
     history = np.array([[[1.0, 0.5], [0.5, 2.0]]] * 2)  # (windows, quantiles, experts)
     scored = np.array([[[0.8, 0.0], [0.1, 0.7]]])
-    forecast, fitted = experts.combined_quantiles(
+    forecast, fitted, correction = experts.combined_quantiles(
         np.array([1.0, 1.0]), history, scored, (0.5, 0.9), ExpertRule("leader")
     )
     assert fitted.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert correction.tolist() == [0.0, 0.0]  # the rule does not recalibrate
     # P50 from expert 0 (0.8), P90 from expert 1 (0.7) -> raised to the P50: no crossing.
     assert forecast[0].tolist() == pytest.approx([0.8, 0.8])
+
+
+def test_a_mix_that_under_covers_is_shifted_up_to_cover_its_level_on_the_known_windows() -> None:
+    # One expert, so the mix is its forecast: 0.5 for both quantiles on 100 known windows realised 0.01 .. 1.00,
+    # so its P90 covers only half of them. The shift is the tau-quantile of actual - mix (the smallest
+    # residual with tau of them at or below it): the 90th of -0.49 .. 0.50, 0.40, and the 50th, 0.00.
+    actual = np.arange(1, 101) / 100
+    history = np.full((100, 2, 1), 0.5)
+    scored = np.array([[[0.3], [0.5]], [[0.1], [0.6]]])
+    rule = ExpertRule("leader", recalibrate="shift")
+    forecast, fitted, correction = experts.combined_quantiles(actual, history, scored, (0.5, 0.9), rule)
+    assert fitted.tolist() == [[1.0], [1.0]]
+    assert correction.tolist() == pytest.approx([0.0, 0.4])
+    assert forecast.ravel().tolist() == pytest.approx([0.3, 0.9, 0.1, 1.0])
+    # On the known windows the shifted P90 (0.9) covers exactly 90 % of them.
+    assert np.mean(actual <= 0.5 + correction[1]) == pytest.approx(0.9)
+    # Fewer than MIN_WINDOWS known windows: no correction.
+    few = experts.corrections(actual[:49], history[:49, :, 0], (0.5, 0.9), experts.SHIFT)
+    assert few.tolist() == [0.0, 0.0]
+    # A shift never takes a forecast below 0, and the quantiles stay uncrossed.
+    shifted = experts.recalibrated(np.array([[0.1, 0.2]]), np.array([-0.3, -0.15]), experts.SHIFT)
+    assert shifted[0].tolist() == pytest.approx([0.0, 0.05])
+
+
+def test_the_scale_correction_is_the_quantile_of_the_ratio_within_the_calibration_limit() -> None:
+    actual = np.arange(1, 101) / 100
+    # P90 0.8 under-covers (80 %): the 90th ratio is 0.90 / 0.8 = 1.125, so the factor is 1.125, and 0.8 x 1.125
+    # = 0.9 covers 90 %. P50 1.0 over-covers: the 50th ratio is 0.5, below e^-0.5, so the factor is clipped.
+    mix = np.tile([1.0, 0.8], (100, 1))
+    correction = experts.corrections(actual, mix, (0.5, 0.9), experts.SCALE)
+    assert correction.tolist() == pytest.approx([-calibration.LIMIT, math.log(1.125)])
+    out = experts.recalibrated(mix[:1], correction, experts.SCALE)
+    assert out[0].tolist() == pytest.approx([math.exp(-0.5), 0.9])
+    assert np.mean(actual <= out[0, 1] + 1e-12) == pytest.approx(0.9)
+    # A P90 of 0.5: the ratio 1.8 is beyond e^0.5, so the factor stops at the limit.
+    low = experts.corrections(actual, np.full((100, 2), 0.5), (0.5, 0.9), experts.SCALE)
+    assert low[1] == pytest.approx(calibration.LIMIT)
+    # No recalibration: no correction, the mix as it is.
+    assert experts.corrections(actual, mix, (0.5, 0.9), experts.NONE).tolist() == [0.0, 0.0]
+
+
+def test_known_windows_are_those_whose_target_lies_before_the_cut() -> None:
+    step = np.arange(10)
+    # Cut 8, horizon 2: a window ending at step s has its target by s + 2, known before 8 for s < 6.
+    assert np.flatnonzero(experts.known_before(step, 8, 2)).tolist() == [0, 1, 2, 3, 4, 5]
+    # The last 2 steps of those only.
+    assert np.flatnonzero(experts.known_before(step, 8, 2, span_steps=2)).tolist() == [4, 5]
+
+
+@pytest.mark.parametrize("mode", ["shift", "scale"])
+def test_a_target_after_the_cut_does_not_change_the_weights_or_the_correction(mode: str) -> None:
+    rng = np.random.default_rng(0)
+    step = np.arange(300)
+    actual = rng.uniform(0.2, 0.8, size=300)
+    forecasts = rng.uniform(0.1, 0.9, size=(300, 2, 3))
+    scored = rng.uniform(0.1, 0.9, size=(20, 2, 3))
+    rule = ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate=mode)
+
+    def fit(realised: np.ndarray) -> tuple[np.ndarray, ...]:
+        known = experts.known_before(step, 250, 5)
+        return experts.combined_quantiles(realised[known], forecasts[known], scored, (0.5, 0.9), rule)
+
+    before = fit(actual)
+    later = actual.copy()
+    later[245:] = 10.0  # targets reaching the cut or beyond: a burst the forecaster cannot have seen
+    for a, b in zip(before, fit(later), strict=True):
+        assert np.array_equal(a, b)
+    earlier = actual.copy()
+    earlier[:100] = 10.0  # the same burst among the known windows moves the correction
+    assert not np.array_equal(before[2], fit(earlier)[2])
 
 
 def test_rule_names_and_bad_rules() -> None:
@@ -64,6 +136,10 @@ def test_rule_names_and_bad_rules() -> None:
         ExpertRule("median")
     with pytest.raises(ValueError, match="negative"):
         ExpertRule("hedge", eta=-1.0)
+    assert ExpertRule("hedge", eta=20.0, hours=0.0, recalibrate="shift").name == "lstm_hedge20_all_shift"
+    assert ExpertRule("leader", recalibrate="scale").name == "lstm_leader_1h_scale"
+    with pytest.raises(ValueError, match="recalibrate"):
+        ExpertRule("hedge", recalibrate="conformal")
 
 
 def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_the_cut(
@@ -82,7 +158,12 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
     panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
     spec_path = tiny_spec_file(tmp_path / "spec.yaml")
     spec = parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path))
-    rules = [ExpertRule("leader"), ExpertRule("hedge", eta=0.0, hours=0.0)]
+    rules = [
+        ExpertRule("leader"),
+        ExpertRule("hedge", eta=0.0, hours=0.0),
+        ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift"),
+        ExpertRule("leader", hours=0.0, recalibrate="scale"),
+    ]
     result = run_backtest(panel, spec, 0.5, 15, folds=3, expert_rules=rules)
     for fold in result["folds"]:
         for rule in rules:
@@ -98,3 +179,19 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         uniform = fold["expert_weights"]["lstm_hedge0_all"]["p90"]
         assert uniform[list(BASELINES).index("seasonal_naive_24h") + 1] == 0.0
         assert set(uniform) == {0.0, round(1 / len(BASELINES), 4)}
+        assert set(fold["expert_corrections"]) == {"lstm_hedge5_all_shift", "lstm_leader_all_scale"}
+        for correction in fold["expert_corrections"].values():
+            assert set(correction) == {"p50", "p90"} and all(math.isfinite(c) for c in correction.values())
+    # No lookahead: a burst from the last cut on (targets no fold's fit could know) changes what the last fold
+    # scores, but no fold's weights or corrections.
+    last_cut = result["folds"][-1]["cut"]
+    load = panel.load.copy()
+    load[:, last_cut:] = 1.0
+    burst = run_backtest(dataclasses.replace(panel, load=load), spec, 0.5, 15, folds=3, expert_rules=rules)
+    for fold, other in zip(result["folds"], burst["folds"], strict=True):
+        assert other["expert_weights"] == fold["expert_weights"]
+        assert other["expert_corrections"] == fold["expert_corrections"]
+    assert (
+        burst["folds"][-1]["models"]["lstm_hedge5_all_shift"]
+        != result["folds"][-1]["models"]["lstm_hedge5_all_shift"]
+    )

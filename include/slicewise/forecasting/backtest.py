@@ -165,7 +165,9 @@ def run_backtest(
     a convex combination of the calibrated LSTM's forecast and the baselines', weighted by their pinball losses
     on the windows whose targets are known before the fold's cut, as they were forecast then (the windows
     scored in earlier folds; before the first cut, the calibration hour, which the model did not train on);
-    the fold's ``expert_weights`` give the weights per rule, quantile and expert.
+    the fold's ``expert_weights`` give the weights per rule, quantile and expert, and ``expert_corrections``,
+    for a rule that recalibrates the mix, its correction per quantile (an offset for ``shift``, a log-factor
+    for ``scale``), fitted on the same known windows.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
     use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
@@ -298,8 +300,9 @@ def _fold(
     models = {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()}
     live = _Live.empty(len(spec.quantiles), len(_experts())) if live is None else live
     expert_weights: dict[str, dict[str, list[float]]] = {}
+    expert_corrections: dict[str, dict[str, float]] = {}
     if expert_rules:
-        from slicewise.forecasting.experts import combined_quantiles
+        from slicewise.forecasting.experts import NONE, combined_quantiles, known_before
 
         steps = spec.horizon_steps()[0]
         if not len(live.step):  # before the first cut: the calibration hour, unseen in training
@@ -312,9 +315,9 @@ def _fold(
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
         hour = max(1, 3600 // panel.step_s)
         for rule in expert_rules:
-            first = -1 if rule.hours == 0 else cut - steps - round(rule.hours * hour)
-            chosen = (live.step < cut - steps) & (live.step >= first)
-            forecast, mix = combined_quantiles(
+            span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
+            chosen = known_before(live.step, cut, steps, span)
+            forecast, mix, correction = combined_quantiles(
                 live.actual[chosen], live.forecasts[chosen], scored, spec.quantiles, rule
             )
             by_q = {q: forecast[:, j] for j, q in enumerate(spec.quantiles)}
@@ -330,12 +333,18 @@ def _fold(
                 f"p{round(q * 100)}": [round(float(w), 4) for w in mix[j]]
                 for j, q in enumerate(spec.quantiles)
             }
+            if rule.recalibrate != NONE:
+                expert_corrections[rule.name] = {
+                    f"p{round(q * 100)}": round(float(c), 4)
+                    for q, c in zip(spec.quantiles, correction, strict=True)
+                }
         live = live.plus(windows, scored)
     return {
         "cut": cut,
         "end": end,
         "models": models,
         "expert_weights": expert_weights,
+        "expert_corrections": expert_corrections,
         "calibration": _levels(spec, factors),
         "calibration_fit": _levels(spec, fitted),
         "train_windows": len(new.inputs) + (len(replay.inputs) if replay is not None else 0),

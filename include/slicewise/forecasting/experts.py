@@ -10,8 +10,21 @@ weighted by how they fared on windows whose targets are already known (never the
 - ``leader`` (follow the leader): all weight on the expert with the lowest ``L_k``.
 
 An expert with no forecast on any known window (a seasonal baseline with less than a day of history) gets no
-weight; on a window where a weighted expert has no forecast, the others' weights are renormalised. Pure numpy;
-:func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
+weight; on a window where a weighted expert has no forecast, the others' weights are renormalised.
+
+A rule may also *recalibrate* the mix (``recalibrate``): a convex combination of quantiles need not cover as
+its level says (mixing the LSTM's P90 with point forecasts pulls it down), so after the weights, each quantile
+of the mix is corrected on the same known windows, as the mix (those weights) would have forecast them:
+
+- ``shift`` (split conformal, additive): add the ``tau``-quantile of ``actual - mix``, the constant that makes
+  ``tau`` of the known windows fall at or below the mix (and the one that minimises their pinball loss);
+  the result is kept at or above 0 (a load is never negative).
+- ``scale`` (multiplicative, as :mod:`slicewise.forecasting.calibration` does for the model): multiply by the
+  ``tau``-quantile of ``actual / mix`` (:func:`~slicewise.forecasting.calibration.fit_log_factors`), clipped
+  to the calibration's ``[e^-LIMIT, e^LIMIT]``.
+
+Either is left out (no correction) where fewer than ``calibration.MIN_WINDOWS`` known windows are usable.
+Pure numpy; :func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
 ``benchmarks/forecast_accuracy.py --expert-weights`` prints them (figures in docs/benchmarks.md).
 """
 
@@ -21,29 +34,51 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slicewise.forecasting import calibration
+
 HEDGE = "hedge"
 LEADER = "leader"
+#: Recalibration of the mix: none, an additive conformal shift, or a multiplicative factor.
+NONE = "none"
+SHIFT = "shift"
+SCALE = "scale"
 
 
 @dataclass(frozen=True)
 class ExpertRule:
     """How the weights are fitted: ``kind`` (``hedge`` or ``leader``), ``eta`` (hedge only), and ``hours`` of
-    known windows before the cut they are fitted on (0: every known window so far)."""
+    known windows before the cut they are fitted on (0: every known window so far); ``recalibrate``
+    (``none``, ``shift`` or ``scale``): how the mix is then corrected on those windows."""
 
     kind: str
     eta: float = 0.0
     hours: float = 1.0
+    recalibrate: str = NONE
 
     def __post_init__(self) -> None:
         if self.kind not in (HEDGE, LEADER):
             raise ValueError(f"kind must be {HEDGE!r} or {LEADER!r}, got {self.kind!r}")
         if self.eta < 0 or self.hours < 0:
             raise ValueError(f"eta and hours must not be negative, got {self.eta!r}, {self.hours!r}")
+        if self.recalibrate not in (NONE, SHIFT, SCALE):
+            raise ValueError(
+                f"recalibrate must be {NONE!r}, {SHIFT!r} or {SCALE!r}, got {self.recalibrate!r}"
+            )
 
     @property
     def name(self) -> str:
         span = "all" if self.hours == 0 else f"{self.hours:g}h"
-        return f"lstm_{self.kind}_{span}" if self.kind == LEADER else f"lstm_hedge{self.eta:g}_{span}"
+        base = f"lstm_{self.kind}_{span}" if self.kind == LEADER else f"lstm_hedge{self.eta:g}_{span}"
+        return base if self.recalibrate == NONE else f"{base}_{self.recalibrate}"
+
+
+def known_before(step: np.ndarray, cut: int, horizon_steps: int, span_steps: int = 0) -> np.ndarray:
+    """Mask of the windows (by their last input ``step``) whose target is known before ``cut``: its last step,
+    ``step + horizon_steps``, lies before the cut; with ``span_steps`` > 0, only those of the last
+    ``span_steps`` steps of such windows."""
+    newest = cut - horizon_steps
+    mask = step < newest
+    return mask & (step >= newest - span_steps) if span_steps > 0 else mask
 
 
 def pinball_losses(actual: np.ndarray, forecasts: np.ndarray, tau: float) -> np.ndarray:
@@ -84,18 +119,67 @@ def combine(forecasts: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.divide(summed, total, out=np.full(len(forecasts), np.nan), where=total > 0)
 
 
+def corrections(
+    actual: np.ndarray,
+    mix: np.ndarray,
+    levels: tuple[float, ...],
+    mode: str,
+    min_windows: int = calibration.MIN_WINDOWS,
+) -> np.ndarray:
+    """(quantiles,) the correction of each quantile of ``mix`` (m, quantiles), fitted against ``actual`` (m,)
+    on the windows where both are known: ``shift``, the ``tau``-quantile of ``actual - mix``; ``scale``, the
+    log of the ``tau``-quantile of ``actual / mix`` over the windows with a positive mix, within
+    ``+-calibration.LIMIT``. 0 (none) where fewer than ``min_windows`` windows are usable, or for ``none``."""
+    out = np.zeros(len(levels))
+    if mode == NONE:
+        return out
+    for j, tau in enumerate(levels):
+        forecast = mix[:, j]
+        usable = np.isfinite(actual) & np.isfinite(forecast)
+        if mode == SCALE:
+            usable &= forecast > calibration.POSITIVE
+        if usable.sum() < max(1, min_windows):
+            continue
+        if mode == SHIFT:
+            out[j] = float(np.quantile(actual[usable] - forecast[usable], tau, method="inverted_cdf"))
+        else:
+            ratio = float(np.quantile(actual[usable] / forecast[usable], tau, method="inverted_cdf"))
+            log = np.log(max(ratio, np.exp(-calibration.LIMIT)))
+            out[j] = float(np.clip(log, -calibration.LIMIT, calibration.LIMIT))
+    return out
+
+
+def recalibrated(mix: np.ndarray, correction: np.ndarray, mode: str) -> np.ndarray:
+    """``mix`` (n, quantiles) with ``correction`` (quantiles,) from :func:`corrections` applied: added and kept
+    at or above 0 (``shift``), or as a factor ``e^correction`` (``scale``); quantiles kept from crossing."""
+    if mode == SHIFT:
+        out = np.fmax(mix + correction[None, :], 0.0)
+    elif mode == SCALE:
+        out = mix * np.exp(correction)[None, :]
+    else:
+        out = mix
+    return np.fmax.accumulate(out, axis=1)
+
+
 def combined_quantiles(
     history_actual: np.ndarray,
     history: np.ndarray,
     scored: np.ndarray,
     levels: tuple[float, ...],
     rule: ExpertRule,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit the weights per quantile on ``history`` (m, quantiles, experts) against ``history_actual`` (m,) and
-    apply them to ``scored`` (n, quantiles, experts); returns the (n, quantiles) forecasts, kept from crossing
-    by a running maximum along the quantile axis, and the (quantiles, experts) weights."""
+    apply them to ``scored`` (n, quantiles, experts); with ``rule.recalibrate``, correct the mix by
+    :func:`corrections` fitted on the history as the mix forecast it. Returns the (n, quantiles) forecasts, kept
+    from crossing by a running maximum along the quantile axis, the (quantiles, experts) weights and the
+    (quantiles,) corrections (0 without recalibration)."""
     fitted = np.stack(
         [weights(pinball_losses(history_actual, history[:, j], tau), rule) for j, tau in enumerate(levels)]
     )
-    combined = np.stack([combine(scored[:, j], fitted[j]) for j in range(len(levels))], axis=1)
-    return np.fmax.accumulate(combined, axis=1), fitted
+
+    def mix(forecasts: np.ndarray) -> np.ndarray:
+        combined = np.stack([combine(forecasts[:, j], fitted[j]) for j in range(len(levels))], axis=1)
+        return np.fmax.accumulate(combined, axis=1)
+
+    correction = corrections(history_actual, mix(history), levels, rule.recalibrate)
+    return recalibrated(mix(scored), correction, rule.recalibrate), fitted, correction
