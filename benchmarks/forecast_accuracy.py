@@ -4,7 +4,7 @@
         [--first-fraction 0.5] [--epochs 8] [--philly-days 3] [--only genai|philly]
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
         [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
-        [--expert-recalibrate none shift scale]
+        [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
 a fresh model trained on the first ``--first-fraction`` of the trace's time span, then, before each of the
@@ -19,7 +19,9 @@ small traces differ by tens of points from seed to seed). Figures are printed, n
 (:mod:`slicewise.forecasting.experts`): Hedge with each ``--expert-eta`` and/or follow-the-leader, the weights
 fitted on the last ``--expert-hours`` hours of windows whose targets are known before the cut (0: all so far),
 and prints their ratios next to the shipped LSTM's. ``--expert-recalibrate shift`` and/or ``scale`` add each
-rule with its mix recalibrated on the same known windows (rows ``..._shift``, ``..._scale``; ``none``: as mixed).
+rule with its mix recalibrated on the same known windows (rows ``..._shift``, ``..._scale``; ``none``: as mixed),
+each ``--expert-recalibrate-min-hours`` H > 0 a copy that corrects only once those windows span H hours
+(``..._minHh``).
 
 - **Alibaba GenAI 2026** (``alibaba_gentd26_gpu_util_dev.csv``): 76 inference pods, 57 s samples over 22.8 h,
   percent -> 0-1 on a 60 s grid; the shipped spec, trained for up to ``--epochs`` epochs within the budget.
@@ -272,6 +274,13 @@ def main() -> None:
         "(default: none)",
     )
     parser.add_argument(
+        "--expert-recalibrate-min-hours",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="hours the known windows must span before a mix is recalibrated (default 0)",
+    )
+    parser.add_argument(
         "--only", choices=["genai", "philly"], default=None, help="one trace only (default: both)"
     )
     parser.add_argument(
@@ -286,11 +295,12 @@ def main() -> None:
     from slicewise.forecasting.spec import load_specs
 
     rules = [
-        ExpertRule(kind, eta, hours, recalibrate)
+        ExpertRule(kind, eta, hours, recalibrate, min_hours)
         for kind in args.expert_weights
         for hours in args.expert_hours
         for eta in (args.expert_eta if kind == "hedge" else [0.0])
         for recalibrate in args.expert_recalibrate
+        for min_hours in (args.expert_recalibrate_min_hours if recalibrate != "none" else [0.0])
     ]
 
     shipped = load_specs()[0]

@@ -73,6 +73,14 @@ def test_a_mix_that_under_covers_is_shifted_up_to_cover_its_level_on_the_known_w
     assert forecast.ravel().tolist() == pytest.approx([0.3, 0.9, 0.1, 1.0])
     # On the known windows the shifted P90 (0.9) covers exactly 90 % of them.
     assert np.mean(actual <= 0.5 + correction[1]) == pytest.approx(0.9)
+    # Known windows spanning less than the rule's min_hours: no correction; at least that long: the same one.
+    guarded = ExpertRule("leader", recalibrate="shift", min_hours=2.0)
+    short = experts.combined_quantiles(actual, history, scored, (0.5, 0.9), guarded, history_hours=1.5)
+    assert short[2].tolist() == [0.0, 0.0] and short[0].ravel().tolist() == pytest.approx(
+        [0.3, 0.5, 0.1, 0.6]
+    )
+    long = experts.combined_quantiles(actual, history, scored, (0.5, 0.9), guarded, history_hours=2.0)
+    assert long[2].tolist() == pytest.approx([0.0, 0.4])
     # Fewer than MIN_WINDOWS known windows: no correction.
     few = experts.corrections(actual[:49], history[:49, :, 0], (0.5, 0.9), experts.SHIFT)
     assert few.tolist() == [0.0, 0.0]
@@ -138,6 +146,9 @@ def test_rule_names_and_bad_rules() -> None:
         ExpertRule("hedge", eta=-1.0)
     assert ExpertRule("hedge", eta=20.0, hours=0.0, recalibrate="shift").name == "lstm_hedge20_all_shift"
     assert ExpertRule("leader", recalibrate="scale").name == "lstm_leader_1h_scale"
+    assert ExpertRule("leader", recalibrate="shift", min_hours=2.0).name == "lstm_leader_1h_shift_min2h"
+    with pytest.raises(ValueError, match="negative"):
+        ExpertRule("leader", recalibrate="shift", min_hours=-1.0)
     with pytest.raises(ValueError, match="recalibrate"):
         ExpertRule("hedge", recalibrate="conformal")
 
@@ -163,6 +174,7 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         ExpertRule("hedge", eta=0.0, hours=0.0),
         ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift"),
         ExpertRule("leader", hours=0.0, recalibrate="scale"),
+        ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift", min_hours=2.0),
     ]
     result = run_backtest(panel, spec, 0.5, 15, folds=3, expert_rules=rules)
     for fold in result["folds"]:
@@ -179,9 +191,15 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         uniform = fold["expert_weights"]["lstm_hedge0_all"]["p90"]
         assert uniform[list(BASELINES).index("seasonal_naive_24h") + 1] == 0.0
         assert set(uniform) == {0.0, round(1 / len(BASELINES), 4)}
-        assert set(fold["expert_corrections"]) == {"lstm_hedge5_all_shift", "lstm_leader_all_scale"}
+        assert set(fold["expert_corrections"]) == {
+            "lstm_hedge5_all_shift",
+            "lstm_leader_all_scale",
+            "lstm_hedge5_all_shift_min2h",
+        }
         for correction in fold["expert_corrections"].values():
             assert set(correction) == {"p50", "p90"} and all(math.isfinite(c) for c in correction.values())
+    # Before the first cut only the calibration hour is known: too short a span for min_hours 2.
+    assert result["folds"][0]["expert_corrections"]["lstm_hedge5_all_shift_min2h"] == {"p50": 0.0, "p90": 0.0}
     # No lookahead: a burst from the last cut on (targets no fold's fit could know) changes what the last fold
     # scores, but no fold's weights or corrections.
     last_cut = result["folds"][-1]["cut"]

@@ -167,7 +167,8 @@ def run_backtest(
     scored in earlier folds; before the first cut, the calibration hour, which the model did not train on);
     the fold's ``expert_weights`` give the weights per rule, quantile and expert, and ``expert_corrections``,
     for a rule that recalibrates the mix, its correction per quantile (an offset for ``shift``, a log-factor
-    for ``scale``), fitted on the same known windows.
+    for ``scale``), fitted on the same known windows (none while they span less than the rule's ``min_hours``,
+    from the first window's last step to the newest's).
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
     use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
@@ -317,8 +318,9 @@ def _fold(
         for rule in expert_rules:
             span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
             chosen = known_before(live.step, cut, steps, span)
+            span_h = (np.ptp(live.step[chosen]) + 1) / hour if chosen.any() else 0.0
             forecast, mix, correction = combined_quantiles(
-                live.actual[chosen], live.forecasts[chosen], scored, spec.quantiles, rule
+                live.actual[chosen], live.forecasts[chosen], scored, spec.quantiles, rule, float(span_h)
             )
             by_q = {q: forecast[:, j] for j, q in enumerate(spec.quantiles)}
             models[rule.name] = _json_metrics(

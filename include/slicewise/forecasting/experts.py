@@ -23,7 +23,8 @@ of the mix is corrected on the same known windows, as the mix (those weights) wo
   ``tau``-quantile of ``actual / mix`` (:func:`~slicewise.forecasting.calibration.fit_log_factors`), clipped
   to the calibration's ``[e^-LIMIT, e^LIMIT]``.
 
-Either is left out (no correction) where fewer than ``calibration.MIN_WINDOWS`` known windows are usable.
+Either is left out (no correction) where fewer than ``calibration.MIN_WINDOWS`` known windows are usable, or
+where they span less than the rule's ``min_hours`` (one hour of windows is many windows but one regime).
 Pure numpy; :func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
 ``benchmarks/forecast_accuracy.py --expert-weights`` prints them (figures in docs/benchmarks.md).
 """
@@ -48,18 +49,23 @@ SCALE = "scale"
 class ExpertRule:
     """How the weights are fitted: ``kind`` (``hedge`` or ``leader``), ``eta`` (hedge only), and ``hours`` of
     known windows before the cut they are fitted on (0: every known window so far); ``recalibrate``
-    (``none``, ``shift`` or ``scale``): how the mix is then corrected on those windows."""
+    (``none``, ``shift`` or ``scale``): how the mix is then corrected on those windows, and only once they span
+    at least ``min_hours`` hours."""
 
     kind: str
     eta: float = 0.0
     hours: float = 1.0
     recalibrate: str = NONE
+    min_hours: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in (HEDGE, LEADER):
             raise ValueError(f"kind must be {HEDGE!r} or {LEADER!r}, got {self.kind!r}")
-        if self.eta < 0 or self.hours < 0:
-            raise ValueError(f"eta and hours must not be negative, got {self.eta!r}, {self.hours!r}")
+        if self.eta < 0 or self.hours < 0 or self.min_hours < 0:
+            raise ValueError(
+                f"eta, hours and min_hours must not be negative, got {self.eta!r}, {self.hours!r}, "
+                f"{self.min_hours!r}"
+            )
         if self.recalibrate not in (NONE, SHIFT, SCALE):
             raise ValueError(
                 f"recalibrate must be {NONE!r}, {SHIFT!r} or {SCALE!r}, got {self.recalibrate!r}"
@@ -69,7 +75,9 @@ class ExpertRule:
     def name(self) -> str:
         span = "all" if self.hours == 0 else f"{self.hours:g}h"
         base = f"lstm_{self.kind}_{span}" if self.kind == LEADER else f"lstm_hedge{self.eta:g}_{span}"
-        return base if self.recalibrate == NONE else f"{base}_{self.recalibrate}"
+        if self.recalibrate == NONE:
+            return base
+        return f"{base}_{self.recalibrate}" + (f"_min{self.min_hours:g}h" if self.min_hours > 0 else "")
 
 
 def known_before(step: np.ndarray, cut: int, horizon_steps: int, span_steps: int = 0) -> np.ndarray:
@@ -167,12 +175,14 @@ def combined_quantiles(
     scored: np.ndarray,
     levels: tuple[float, ...],
     rule: ExpertRule,
+    history_hours: float = np.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit the weights per quantile on ``history`` (m, quantiles, experts) against ``history_actual`` (m,) and
-    apply them to ``scored`` (n, quantiles, experts); with ``rule.recalibrate``, correct the mix by
-    :func:`corrections` fitted on the history as the mix forecast it. Returns the (n, quantiles) forecasts, kept
-    from crossing by a running maximum along the quantile axis, the (quantiles, experts) weights and the
-    (quantiles,) corrections (0 without recalibration)."""
+    apply them to ``scored`` (n, quantiles, experts); with ``rule.recalibrate``, and a history spanning
+    ``history_hours`` of at least ``rule.min_hours``, correct the mix by :func:`corrections` fitted on the
+    history as the mix forecast it. Returns the (n, quantiles) forecasts, kept from crossing by a running
+    maximum along the quantile axis, the (quantiles, experts) weights and the (quantiles,) corrections (0
+    without recalibration)."""
     fitted = np.stack(
         [weights(pinball_losses(history_actual, history[:, j], tau), rule) for j, tau in enumerate(levels)]
     )
@@ -181,5 +191,6 @@ def combined_quantiles(
         combined = np.stack([combine(forecasts[:, j], fitted[j]) for j in range(len(levels))], axis=1)
         return np.fmax.accumulate(combined, axis=1)
 
-    correction = corrections(history_actual, mix(history), levels, rule.recalibrate)
+    mode = rule.recalibrate if history_hours >= rule.min_hours else NONE
+    correction = corrections(history_actual, mix(history), levels, mode)
     return recalibrated(mix(scored), correction, rule.recalibrate), fitted, correction
