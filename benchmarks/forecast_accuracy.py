@@ -167,7 +167,7 @@ def variant_lines(rows: list[dict[str, Any]]) -> list[str]:
     for name in first["variants"]:
         cols = [list(c) for c in zip(*(r["variants"][name] for r in rows), strict=True)]
         lines.append(
-            f"{first['trace']:<7} {first['horizon']:>3} {name:<24} {stat(cols[0]):>10} {stat(cols[0], True):>10} "
+            f"{first['trace']:<7} {first['horizon']:>3} {name:<30} {stat(cols[0]):>10} {stat(cols[0], True):>10} "
             f"{stat(cols[1]):>8} {stat(cols[1], True):>8} {stat(cols[2]):>7} {stat(cols[3]):>10}"
         )
     return lines
@@ -382,7 +382,7 @@ def main() -> None:
             "\nExpert weighting, over folds and seeds (ratios to the best baseline; w lstm: its P90 weight)"
         )
         print(
-            f"{'trace':<7} {'h':>3} {'model':<24} {'p90 median':>10} {'p90 worst':>10} {'mae md':>8} "
+            f"{'trace':<7} {'h':>3} {'model':<30} {'p90 median':>10} {'p90 worst':>10} {'mae md':>8} "
             f"{'mae wst':>8} {'under':>7} {'w lstm md':>10}"
         )
         print("\n".join(variants))
