@@ -75,8 +75,8 @@ def register(subparsers: Any) -> None:
         type=_consolidation_modes,
         default=("whole-gpus",),
         help="the planner's consolidation (planner_consolidation: off, whole-gpus, nodes; default whole-gpus, as "
-        "production); several, comma-separated, or 'all': each planner policy once per mode (packing/nodes, ...), "
-        "to choose the mode on this cluster's own history",
+        "production); several, comma-separated, or 'all': each policy of the packing planner (reactive, packing, "
+        "oracle) once per mode (packing/nodes, ...), to choose the mode on this cluster's own history",
     )
     parser.add_argument(
         "--scheduler",
@@ -158,6 +158,11 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
     policies = per_consolidation(parse_policies(args.policies), args.consolidation)
+    if len(args.consolidation) > 1 and not any(p.consolidation for p in policies):
+        raise ValueError(
+            "several --consolidation modes compare only policies of the packing planner (reactive, packing, "
+            "oracle); none is among --policies"
+        )
     catalog = load_catalog()
     if args.prometheus:
         trace, nodes = _from_prometheus(args, catalog)
@@ -190,7 +195,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,
             split_layouts=args.split_layouts,
-            consolidation=args.consolidation[0],
+            # With several modes, each packing-planner policy carries its own; the rest keep production's.
+            consolidation=args.consolidation[0]
+            if len(args.consolidation) == 1
+            else base.planner.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
         ),
         price_per_gpu_hour=prices.default_price,
@@ -334,15 +342,13 @@ def _size(args: argparse.Namespace, inputs: dict[str, Any]) -> int:
 def _consolidation_modes(raw: str) -> tuple[str, ...]:
     from slicewise.planning.consolidation import MODES
 
-    modes = (
-        MODES
-        if raw.strip() == "all"
-        else tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
-    )
+    if raw.strip() == "all":
+        return MODES
+    modes = tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         raise argparse.ArgumentTypeError(
-            f"unknown consolidation {unknown or raw!r}; known: {', '.join(MODES)}, all"
+            f"unknown consolidation {unknown or raw!r}; known: {', '.join(MODES)}, or 'all' alone"
         )
     return modes
 

@@ -250,8 +250,11 @@ class Replay:
                 stranded.append(pod_id)
         stranded.sort(key=lambda pod_id: -self.demand_of[pod_id])  # stable: queue order among equals
         upcoming = {index: self.fleet.nodes[index].copy() for index in sorted(self.adding)}
+        homeless: set[Ask] = set()  # no upcoming node and no released one hosts it: neither will later here
         for pod_id in stranded:
             ask = self.asks[pod_id]
+            if ask in homeless:
+                continue
             eligible = self.fleet.eligible(ask.models)
             home = next(
                 (
@@ -264,12 +267,16 @@ class Replay:
             if home is None:
                 index = self.fleet.to_add(ask, upcoming)
                 if index is None:
-                    continue  # no released node hosts it: it waits for room in service
+                    homeless.add(ask)  # it waits for room in service
+                    continue
                 self.adding.add(index)
                 self.meter.node_added()
                 heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
                 node = upcoming[index] = self.fleet.nodes[index].copy()
-                home = (node, node.fit(ask.gpus, ask.share) or [])
+                slots = node.fit(ask.gpus, ask.share)
+                if slots is None:
+                    raise RuntimeError(f"{node.name}: added for a pod it cannot host")
+                home = (node, slots)
             home[0].place(pod_id, home[1], self.demand_of[pod_id])
 
     def _enqueue(self, pod_id: int) -> None:

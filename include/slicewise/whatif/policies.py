@@ -44,8 +44,9 @@ class Policy:
 
 
 def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
-    """With more than one consolidation mode to compare, each ``packing``-planner policy once per mode, named
-    ``packing/nodes`` and so on (the others once); with one, the policies as they are."""
+    """With more than one consolidation mode to compare, each policy of the ``packing`` planner (reactive,
+    packing, oracle) once per mode, named ``packing/nodes`` and so on (the others once: no other planner
+    consolidates); with one, the policies as they are."""
     if len(modes) < 2:
         return list(policies)
     return [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             },
         },
         "seconds": round(backtest.seconds, 1),
+        "consolidation_choice": consolidation_choice(backtest),
     }
 
 
@@ -126,9 +128,10 @@ def text_table(backtest: Backtest) -> str:
 
 
 def consolidation_choice(backtest: Backtest) -> list[str]:
-    """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the mode
-    that waited least and the one that used the fewest node-GPU-hours, and the modes that waited longer than
-    ``static`` — what ``planner_consolidation`` trades on this history."""
+    """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the modes
+    that waited least and those that used the fewest node-GPU-hours (ties listed together; node-GPU-hours
+    compared only among the modes that left the fewest pods unserved, as :meth:`Backtest.gains` does), and the
+    modes that waited longer than ``static`` — what ``planner_consolidation`` trades on this history."""
     families: dict[str, dict[str, PolicyResult]] = {}
     for name, result in backtest.results.items():
         family, _, mode = name.partition("/")
@@ -137,17 +140,29 @@ def consolidation_choice(backtest: Backtest) -> list[str]:
     static = backtest.results.get("static")
     lines = []
     for family, by_mode in families.items():
-        waits = min(by_mode, key=lambda m: by_mode[m].wait_mean_s)
-        hours = min(by_mode, key=lambda m: by_mode[m].node_gpu_hours)
+        waits = _best(by_mode, lambda r: round(r.wait_mean_s))
+        fewest_unserved = min(r.still_waiting for r in by_mode.values())
+        served = {m: r for m, r in by_mode.items() if r.still_waiting == fewest_unserved}
+        hours = _best(served, lambda r: round(r.node_gpu_hours))
         line = (
-            f"{family}: least wait with planner_consolidation={waits} ({by_mode[waits].wait_mean_s:,.0f} s), "
-            f"fewest node-GPU-hours with {hours} ({by_mode[hours].node_gpu_hours:,.0f})"
+            f"{family}: least wait with planner_consolidation={', '.join(waits)} "
+            f"({by_mode[waits[0]].wait_mean_s:,.0f} s), fewest node-GPU-hours with {', '.join(hours)} "
+            f"({by_mode[hours[0]].node_gpu_hours:,.0f})"
         )
+        unserved = [f"{m} ({r.still_waiting:,})" for m, r in by_mode.items() if r.still_waiting]
+        if unserved:
+            line += f"; pods never served with {', '.join(unserved)}"
         longer = [m for m, r in by_mode.items() if static is not None and r.wait_mean_s > static.wait_mean_s]
         if longer:
             line += f"; waits longer than static with {', '.join(longer)}"
         lines.append(line)
     return lines
+
+
+def _best(by_mode: dict[str, PolicyResult], figure: Callable[[PolicyResult], float]) -> list[str]:
+    """The modes whose ``figure`` (rounded as printed) is the lowest, in their order."""
+    low = min(figure(r) for r in by_mode.values())
+    return [m for m, r in by_mode.items() if figure(r) == low]
 
 
 def format_table(lines: list[list[str]]) -> str:
@@ -218,6 +233,7 @@ Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
 <code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
 What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
+{"".join(f"<p>{html.escape(line)}</p>" for line in data["consolidation_choice"])}
 {images}
 </body></html>
 """

@@ -230,7 +230,7 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
 
 def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_names_the_modes() -> None:
     # The trace of the test above, every consolidation mode at once (slicewise backtest --consolidation all):
-    # packing/off leaves c waiting for a or b to finish (as static does), the other two empty n1 for it.
+    # reactive/off leaves c waiting for a or b to finish (as static does), the other two empty n1 for it.
     from slicewise.planning.config import PlannerConfig
     from slicewise.whatif.policies import per_consolidation
     from slicewise.whatif.report import consolidation_choice
@@ -249,11 +249,17 @@ def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_na
     assert waits["reactive/whole-gpus"] == waits["reactive/nodes"] == pytest.approx(3650 / 3)
     backtest = Backtest("pods", "nodes", trace, TWO_NODES, config, (0.0, 30_000.0), results, 0.0)
     [line] = consolidation_choice(backtest)
-    assert line.startswith("reactive: least wait with planner_consolidation=whole-gpus (1,217 s)")
-    assert "waits longer than static" not in line
+    assert line.startswith("reactive: least wait with planner_consolidation=whole-gpus, nodes (1,217 s)")
+    assert "waits longer than static" not in line and "never served" not in line
     slower = dict(results, static=results["reactive/whole-gpus"])  # a baseline that waited less than off
     [line] = consolidation_choice(dataclasses.replace(backtest, results=slower))
     assert line.endswith("waits longer than static with off")
+    # A mode that left pods waiting used fewer node-GPU-hours for it: it is named, never the fewest.
+    stuck = dataclasses.replace(results["reactive/off"], still_waiting=1, node_gpu_hours=0.0)
+    [line] = consolidation_choice(
+        dataclasses.replace(backtest, results=dict(results, **{"reactive/off": stuck}))
+    )
+    assert "fewest node-GPU-hours with off" not in line and "pods never served with off (1)" in line
 
 
 def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> None:

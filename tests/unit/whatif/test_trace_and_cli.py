@@ -121,9 +121,14 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     )
     out = json.loads(capsys.readouterr().out)
     assert list(out["policies"]) == ["static", "packing/off", "packing/nodes", "thresholds"]
+    assert out["model"]["planner"]["consolidation"] == "whole-gpus"  # thresholds keeps production's
+    [choice] = out["consolidation_choice"]
+    assert choice.startswith("packing: least wait with planner_consolidation=")
     assert main([*args, "--policies", "static,packing", "--consolidation", "all", "--html", "/dev/null"]) == 0
     printed = capsys.readouterr().out
     assert "packing/whole-gpus" in printed and "packing: least wait with planner_consolidation=" in printed
+    assert main([*args, "--policies", "static,thresholds", "--consolidation", "off,nodes"]) == 2
+    assert "none is among --policies" in capsys.readouterr().err
     assert main([*args, "--consolidation", "off,sometimes"]) == 2
     assert "unknown consolidation ['sometimes']" in capsys.readouterr().err
 
