@@ -16,3 +16,7 @@ ROLLOUT = Asset(name="slicewise_rollout", uri="slicewise://rollout", group="slic
 #: A published cost report (daily, or the day so far after a rollout); event extra: date, partial, window,
 #: headline totals (GPU-hours and money), the savings estimate, changes and rollbacks, and the report's paths.
 COST_REPORT = Asset(name="slicewise_cost_report", uri="slicewise://cost_report", group="slicewise")
+
+#: A published what-if review of the cluster's own validated history; event extra: window, hours read, the
+#: consolidation choice, each policy's headline figures, and the report's paths.
+WHATIF_REVIEW = Asset(name="slicewise_whatif_review", uri="slicewise://whatif_review", group="slicewise")

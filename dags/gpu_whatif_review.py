@@ -1,0 +1,94 @@
+"""
+### GPU what-if review
+
+Every Monday at 02:30 UTC, replays the **previous 7 days of this cluster's validated metrics** under `static`
+(whole GPUs, nothing changes), Slicewise's `packing` planner **once per consolidation mode** (`packing/off`,
+`packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings) and `ideal` (the bound), and
+publishes the comparison: what Slicewise's decisions would have bought on this cluster's own load, and which
+`planner_consolidation` waited least and which used the fewest node-GPU-hours (docs/backtest.md, "The what-if
+review").
+
+| task | does |
+|---|---|
+| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation choice; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
+
+Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, default: this run's hour),
+`scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
+bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.sdk import CronTriggerTimetable, Param, dag, task
+
+from slicewise.assets import WHATIF_REVIEW
+from slicewise.errors import task_outcome
+
+
+@dag(
+    schedule=CronTriggerTimetable("30 2 * * 1", timezone="UTC"),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,  # an old week is reviewed on purpose (Param until), not by accident
+    max_active_runs=1,
+    tags=["slicewise", "whatif", "report"],
+    default_args={
+        "owner": "slicewise",
+        "retries": 1,
+        "retry_delay": timedelta(minutes=5),
+        "execution_timeout": timedelta(hours=2),
+    },
+    params={
+        "days": Param(7, type="integer", minimum=1, maximum=31, description="Days of history to replay."),
+        "until": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}$",
+            description="End of the window, YYYY-MM-DDTHH UTC (default: the run's hour).",
+        ),
+        "scheduler": Param(
+            "spread",
+            enum=["spread", "binpack", "first-fit"],
+            description="Scheduler model: spread (Kubernetes' default), binpack (the shipped profile).",
+        ),
+        "consolidation": Param(
+            "all",
+            type="string",
+            pattern=r"^(all|(off|whole-gpus|nodes)(,(off|whole-gpus|nodes))*)$",
+            description="Consolidation modes to compare: all, or comma-separated of off, whole-gpus, nodes.",
+        ),
+    },
+    doc_md=__doc__,
+)
+def gpu_whatif_review() -> None:
+    @task(outlets=[WHATIF_REVIEW])
+    @task_outcome()
+    def replay_history(params: Any = None, dag_run: Any = None, outlet_events: Any = None) -> dict[str, Any]:
+        import logging
+        from datetime import UTC, datetime
+
+        from slicewise.connections import task_settings
+        from slicewise.planning.consolidation import MODES
+        from slicewise.whatif.steps import run_review
+
+        until = (
+            datetime.strptime(params["until"], "%Y-%m-%dT%H").replace(tzinfo=UTC)
+            if params.get("until")
+            else dag_run.run_after.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        )
+        raw = params["consolidation"]
+        modes = MODES if raw == "all" else tuple(dict.fromkeys(raw.split(",")))
+        since = until - timedelta(days=params["days"])
+        summary = run_review(task_settings(params), since, until, params["scheduler"], modes)
+        for line in summary["consolidation_choice"]:
+            logging.getLogger(__name__).info("%s", line)
+        outlet_events[WHATIF_REVIEW].extra = summary
+        return summary
+
+    replay_history()
+
+
+gpu_whatif_review()

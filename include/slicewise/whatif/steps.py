@@ -1,0 +1,138 @@
+"""The step of the ``gpu_whatif_review`` DAG: the cluster's own validated history replayed under ``static``,
+``packing`` once per consolidation mode, and ``ideal``, published beside the cost reports.
+
+It reads only published (validated) metrics partitions — a quarantined or missing hour is left out and counted —
+and turns them into a pod trace as ``slicewise backtest --prometheus`` does (:mod:`slicewise.whatif.history`):
+the pods from the demand frames, the nodes from the GPU frame of the newest hour. The planner runs with the
+cluster's own settings (acting on the baseline forecast, as the backtest does), under the scheduler model the
+caller names. The result, ``whatif/<since>_<until>/`` under the storage root: ``report.html`` (the backtest's
+page) and ``summary.json`` (its ``--json`` object plus the window and the hours read), written to a staging
+folder and published at once, so a reader never sees half a review.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from slicewise.errors import NotYet, PermanentError
+from slicewise.settings import Settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FOLDER = "whatif"
+POLICIES = "static,packing,ideal"
+
+
+class ReviewError(PermanentError, ValueError):
+    """A review that cannot run on these inputs (a window or a scheduler model that makes no sense)."""
+
+
+class NoValidatedHistory(NotYet):
+    """No validated metrics partition in the window: nothing to replay yet."""
+
+
+def review_folder(root: Any, since: datetime, until: datetime) -> Any:
+    return root / FOLDER / f"{since:%Y-%m-%dT%H}_{until:%Y-%m-%dT%H}"
+
+
+def pod_ends(demand: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each pod's first and last sample in ``demand``: all a trace reads (when a pod was there, and
+    what it requested, which Kubernetes does not change for a running pod's GPU resources)."""
+    if demand.empty:
+        return demand
+    seen = demand.groupby(["namespace", "pod"], observed=True)["timestamp"]
+    keep = (demand["timestamp"] == seen.transform("min")) | (demand["timestamp"] == seen.transform("max"))
+    return demand[keep]
+
+
+def run_review(
+    settings: Settings, since: datetime, until: datetime, scheduler: str, modes: Sequence[str]
+) -> dict[str, Any]:
+    """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
+    window, hours read and missing, each policy's headline figures, the consolidation choice and the paths."""
+    import pandas as pd
+
+    from slicewise import store
+    from slicewise.catalog import load_catalog
+    from slicewise.costs.pricing import load_prices
+    from slicewise.costs.sources import published_hours, read_hour
+    from slicewise.planning.config import PlannerConfig
+    from slicewise.whatif import report
+    from slicewise.whatif.engine import BacktestConfig
+    from slicewise.whatif.fleet import SCHEDULERS
+    from slicewise.whatif.history import trace_from_frames
+    from slicewise.whatif.policies import parse_policies, per_consolidation
+    from slicewise.whatif.run import Backtest, run_policies
+    from slicewise.whatif.trace import TraceError, hostable_on
+
+    began = time.monotonic()
+    if until <= since or since.minute or since.second or until.minute or until.second:
+        raise ReviewError(f"the window must be whole hours, since before until: {since} .. {until}")
+    if scheduler not in SCHEDULERS:
+        raise ReviewError(f"unknown scheduler model {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    root = store.storage_path(settings.storage_root)
+    hours = [since + timedelta(hours=h) for h in range(int((until - since) / timedelta(hours=1)))]
+    found = published_hours(root, hours)
+    if not found:
+        raise NoValidatedHistory(
+            f"no validated metrics partition between {since.isoformat()} and {until.isoformat()}"
+        )
+    demand_hours, step = [], 0
+    for _, folder in found:
+        gpu, hour_demand, hour_step = read_hour(folder)
+        demand_hours.append(pod_ends(hour_demand))  # a week of every sample would not fit in memory
+        step = step or hour_step
+    demand = pd.concat(demand_hours, ignore_index=True)
+    catalog = load_catalog()
+    try:
+        trace, nodes = trace_from_frames(demand, gpu, since, step, catalog)
+        trace = hostable_on(trace, nodes)
+    except TraceError as exc:
+        raise NoValidatedHistory(f"nothing to replay in the validated hours: {exc}") from exc
+    planner = dataclasses.replace(PlannerConfig.from_settings(settings), fallback="baseline")
+    prices = load_prices()
+    config = BacktestConfig(
+        scheduler=scheduler,
+        eviction_cost_s=planner.eviction_cost_s,
+        planner=planner,
+        price_per_gpu_hour=prices.default_price,
+        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
+    )
+    policies = per_consolidation(parse_policies(POLICIES), modes)
+    window = (min(p.arrival_s for p in trace.pods), trace.end_s)
+    results = run_policies(policies, trace, nodes, config, window, workers=1)
+    source = f"validated metrics partitions {since.isoformat()} .. {until.isoformat()}"
+    notes = tuple(config.fleet_models(nodes, catalog).notes())
+    seconds = time.monotonic() - began
+    backtest = Backtest(source, source, trace, nodes, config, window, results, seconds, notes)
+    summary = {
+        **report.as_json(backtest),
+        "window": {"since": since.isoformat(), "until": until.isoformat()},
+        "hours": {"read": len(found), "missing_or_quarantined": len(hours) - len(found)},
+    }
+    target = review_folder(root, since, until)
+    staging = root / "_staging" / FOLDER / uuid.uuid4().hex[:12]
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "report.html").write_text(report.render_html(backtest))
+    (staging / "summary.json").write_text(json.dumps(summary, indent=2))
+    store.publish(staging, target, {"window": summary["window"], "hours": summary["hours"]})
+    return {
+        "window": summary["window"],
+        "hours": summary["hours"],
+        "pods": len(trace.pods),
+        "nodes": len(nodes),
+        "consolidation_choice": summary["consolidation_choice"],
+        "policies": {
+            name: {k: figures[k] for k in ("wait_mean_s", "node_gpu_hours", "pods_evicted", "still_waiting")}
+            for name, figures in summary["policies"].items()
+        },
+        "report": str(target / "report.html"),
+        "summary": str(target / "summary.json"),
+    }
