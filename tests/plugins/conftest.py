@@ -99,7 +99,8 @@ def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
 
 @pytest.fixture()
 def full_home(empty_home: Home) -> Home:
-    """Two cost reports, a plan, a ledger with a promoted and a rolled-back rollout, the simulated cluster."""
+    """Two cost reports, a plan, a what-if review, a ledger with a promoted and a rolled-back rollout, the
+    simulated cluster."""
     from datetime import UTC, datetime, timedelta
 
     from slicewise.rollout.ledger import cluster_key
@@ -109,6 +110,7 @@ def full_home(empty_home: Home) -> Home:
     fleet_data.write_report(empty_home.store, fleet_data.OLDER_REPORT_DATE)
     fleet_data.write_report(empty_home.store)
     fleet_data.write_plan(empty_home.store)
+    fleet_data.write_review(empty_home.store)
     # The dwell column runs on the wall clock, like the planner: the node was changed 20 minutes ago.
     fleet_data.write_cluster(empty_home.state, datetime.now(UTC) - timedelta(minutes=20))
     identity = cluster_identity(load_settings())

@@ -261,3 +261,53 @@ def write_cluster(state: Path, changed_at: datetime) -> None:
 
     cluster = SimulatedCluster.open(state)
     cluster.set_annotations(CHANGED_NODE, {LAST_CHANGE_ANNOTATION: changed_at.isoformat()})
+
+
+REVIEW_FOLDER = "2026-11-16T00_2026-11-23T00"
+#: The fields of a what-if review's ``summary.json`` the page reads (tests/unit/whatif/test_steps.py checks
+#: that gpu_whatif_review writes them).
+REVIEW: dict[str, Any] = {
+    "window": {"since": "2026-11-16T00:00:00+00:00", "until": "2026-11-23T00:00:00+00:00"},
+    "hours": {"read": 166, "missing_or_quarantined": 2},
+    "trace": {"pods": 812, "nodes": 6},
+    "model": {"scheduler": "spread"},
+    "consolidation_choice": [
+        "packing: least wait with planner_consolidation=whole-gpus (41 s), fewest node-GPU-hours with nodes (3,310)"
+    ],
+    "policies": {
+        "static": {
+            "wait_mean_s": 912.4,
+            "wait_cut_vs_static": 0.0,
+            "node_gpu_hours": 4032.0,
+            "node_gpu_hours_cut_vs_static": 0.0,
+            "pods_evicted": 0,
+            "still_waiting": 0,
+        },
+        "packing/whole-gpus": {
+            "wait_mean_s": 41.2,
+            "wait_cut_vs_static": 0.9548,
+            "node_gpu_hours": 3950.0,
+            "node_gpu_hours_cut_vs_static": 0.0203,
+            "pods_evicted": 12,
+            "still_waiting": 0,
+        },
+        "packing/nodes": {
+            "wait_mean_s": 77.0,
+            "wait_cut_vs_static": 0.9156,
+            "node_gpu_hours": 3310.0,
+            "node_gpu_hours_cut_vs_static": 0.1791,
+            "pods_evicted": 40,
+            "still_waiting": 0,
+        },
+    },
+}
+
+
+def write_review(store: Path) -> Path:
+    """A published what-if review as gpu_whatif_review leaves it (manifest, summary.json, report.html)."""
+    folder = store / "whatif" / REVIEW_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(REVIEW, indent=1))
+    (folder / "report.html").write_text("<!doctype html><html><body><h1>What-if backtest</h1></body></html>")
+    (folder / "_MANIFEST.json").write_text(json.dumps({"window": REVIEW["window"]}))
+    return folder

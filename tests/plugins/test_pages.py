@@ -13,12 +13,13 @@ from slicewise.ui.app import URL_PREFIX
 from tests.plugins import fleet_data
 from tests.plugins.conftest import Api, Home
 
-PAGES = ["/slicewise/", "/slicewise/fleet", "/slicewise/plan", "/slicewise/rollouts/1"]
+PAGES = ["/slicewise/", "/slicewise/fleet", "/slicewise/plan", "/slicewise/rollouts/1", "/slicewise/whatif"]
 FILES = [
     f"/slicewise/reports/{fleet_data.REPORT_DATE}",
     f"/slicewise/reports/{fleet_data.REPORT_DATE}/report.html",
     f"/slicewise/reports/{fleet_data.REPORT_DATE}/summary.json",
     "/slicewise/plan.html",
+    "/slicewise/whatif/report.html",
 ]
 BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
@@ -295,6 +296,25 @@ def test_the_plans_own_page_is_served(api: Api, full_home: Home) -> None:
     assert "<h1>GPU partition plan</h1>" in answer.text
 
 
+def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api, full_home: Home) -> None:
+    page = api.get("/slicewise/whatif").text
+    assert "166 (2 missing or quarantined)" in page and "812, 6" in page
+    assert "packing: least wait with planner_consolidation=whole-gpus (41 s)" in page
+    assert _row(page, "whatif", "packing/nodes") == [
+        "packing/nodes",
+        "77",
+        "-92%",
+        "3,310",
+        "-18%",
+        "40",
+        "0",
+    ]
+    assert '<a href="whatif/report.html">report.html</a>' in page
+    html = api.get("/slicewise/whatif/report.html")
+    assert html.headers["content-security-policy"].startswith("sandbox allow-scripts")
+    assert "What-if backtest" in html.text
+
+
 def test_a_rollout_page_tells_its_story(api: Api, full_home: Home) -> None:
     page = api.get("/slicewise/rollouts/2").text
     assert "ROLLED_BACK (restored the snapshot)" in page
@@ -336,6 +356,7 @@ def test_before_anything_ran_every_page_says_what_is_missing(api: Api, empty_hom
         "/slicewise/": "No cost report yet: gpu_cost_report publishes one each day",
         "/slicewise/fleet": "The simulated cluster has no state file at",
         "/slicewise/plan": "No plan yet: gpu_partition_rollout publishes one",
+        "/slicewise/whatif": "No what-if review yet: gpu_whatif_review replays the week",
     }
     for path, text in expected.items():
         answer = api.get(path)
@@ -345,6 +366,7 @@ def test_before_anything_ran_every_page_says_what_is_missing(api: Api, empty_hom
     assert "No rollout ledger yet at" in api.get("/slicewise/plan").text
     assert api.get("/slicewise/rollouts/1").status_code == 404
     assert api.get("/slicewise/plan.html").status_code == 404
+    assert api.get("/slicewise/whatif/report.html").status_code == 404
     # Reading never creates what it did not find.
     assert not empty_home.ledger.exists() and not empty_home.state.exists() and not empty_home.store.exists()
 

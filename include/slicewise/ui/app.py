@@ -258,6 +258,31 @@ def plan_html(request: Request, user: User) -> Response:
     return _file(content, "text/html; charset=utf-8")
 
 
+# -- the what-if review -----------------------------------------------------------------------------------------
+
+
+@router.get("/whatif", response_class=HTMLResponse)
+def whatif(request: Request, user: User) -> Response:
+    """The newest what-if review: the week replayed under each policy, and the consolidation choice."""
+    page, settings = _page(request, user, "What-if review", "whatif")
+    try:
+        latest = sources.latest_review(sources.storage_root(settings))
+    except Unavailable as problem:
+        return page.render("whatif.html", problem=str(problem))
+    return page.render("whatif.html", problem=None, latest=latest, table=views.review_table(latest.summary))
+
+
+@router.get("/whatif/report.html")
+def whatif_html(request: Request, user: User) -> Response:
+    """The newest what-if review's own report (sandboxed)."""
+    page, settings = _page(request, user, "What-if report", "whatif")
+    try:
+        content = sources.latest_review_html(sources.storage_root(settings))
+    except Unavailable as problem:
+        return page.message(str(problem), _status(problem))
+    return _file(content, "text/html; charset=utf-8")
+
+
 @router.get("/rollouts/{rollout_id:int}", response_class=HTMLResponse)
 def rollout(request: Request, user: User, rollout_id: int) -> Response:
     """One rollout from the ledger: waves, nodes, measurements and its story."""

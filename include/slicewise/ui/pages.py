@@ -12,7 +12,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: The pages' own navigation: href (relative to the app's root) and label.
-NAV = (("./", "Cost report"), ("fleet", "Fleet"), ("plan", "Plan & rollouts"))
+NAV = (("./", "Cost report"), ("fleet", "Fleet"), ("plan", "Plan & rollouts"), ("whatif", "What-if"))
 
 
 @cache

@@ -188,6 +188,59 @@ def report_file(root: ObjectStoragePath, date: str, name: str) -> bytes:
         raise _failed(str(path), exc) from exc
 
 
+# -- what-if reviews --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatestReview:
+    folder: str  # <since>_<until>
+    summary: dict[str, Any]
+    has_html: bool
+
+
+def _latest_review_folder(root: ObjectStoragePath) -> ObjectStoragePath:
+    from slicewise import store
+    from slicewise.whatif.steps import FOLDER
+
+    reviews = root / FOLDER
+    try:
+        published = (
+            [p for p in reviews.iterdir() if store.read_manifest(p) is not None] if reviews.exists() else []
+        )
+    except Exception as exc:
+        raise _failed(f"the list of what-if reviews under {reviews}", exc) from exc
+    if not published:
+        raise Missing(
+            "no what-if review yet: gpu_whatif_review replays the week's validated metrics every Monday "
+            "(or trigger it)."
+        )
+    return max(published, key=lambda p: p.name)
+
+
+def latest_review(root: ObjectStoragePath) -> LatestReview:
+    """The newest published what-if review (``whatif/<since>_<until>/``); Unavailable without one."""
+    folder = _latest_review_folder(root)
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        has_html = (folder / "report.html").exists()
+    except Exception as exc:
+        raise _failed(f"the what-if review {folder.name}", exc) from exc
+    if not isinstance(summary, dict):
+        raise Unavailable(f"the summary of the what-if review {folder.name} is not a JSON object")
+    return LatestReview(folder.name, summary, has_html)
+
+
+def latest_review_html(root: ObjectStoragePath) -> bytes:
+    """The ``report.html`` of the newest what-if review."""
+    folder = _latest_review_folder(root)
+    try:
+        return (folder / "report.html").read_bytes()
+    except FileNotFoundError:
+        raise Missing(f"the what-if review {folder.name} has no report.html") from None
+    except Exception as exc:
+        raise _failed(f"the report.html of the what-if review {folder.name}", exc) from exc
+
+
 # -- plans ------------------------------------------------------------------------------------------------------
 
 

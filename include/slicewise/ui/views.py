@@ -184,3 +184,30 @@ def measurements_table(measurements: Sequence[MeasurementRecord]) -> Table:
         for m in measurements
     )
     return Table(("taken", "wave", "check", "node", "outcome", "value", "detail"), rows, frozenset({5}))
+
+
+# -- the what-if review -----------------------------------------------------------------------------------------
+
+REVIEW_COLUMNS = ("policy", "mean wait s", "vs static", "node-GPU-h", "vs static", "evicted", "never served")
+
+
+def review_table(summary: Mapping[str, Any]) -> Table:
+    """One row per replayed policy of a what-if review's ``summary.json`` (the backtest's ``--json``)."""
+
+    def cut(figures: Mapping[str, Any], metric: str) -> str:
+        value = figures.get(f"{metric}_vs_static")
+        return "-" if value is None else f"{-float(value):+.0%}"
+
+    rows = tuple(
+        (
+            name,
+            number(figures.get("wait_mean_s"), 0),
+            cut(figures, "wait_cut"),
+            number(figures.get("node_gpu_hours"), 0),
+            cut(figures, "node_gpu_hours_cut"),
+            number(figures.get("pods_evicted")),
+            number(figures.get("still_waiting")),
+        )
+        for name, figures in dict(summary.get("policies", {})).items()
+    )
+    return Table(REVIEW_COLUMNS, rows, numeric=frozenset({1, 2, 3, 4, 5, 6}))

@@ -49,6 +49,10 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     written = json.loads((folder / "summary.json").read_text())
     assert written["hours"] == summary["hours"] and written["model"]["scheduler"] == "spread"
     assert "least wait with planner_consolidation=" in (folder / "report.html").read_text()
+    # What the "What-if" page reads (tests/plugins/fleet_data.REVIEW is shaped the same).
+    assert {"window", "hours", "trace", "model", "consolidation_choice"} <= set(written)
+    page_fields = {"wait_mean_s", "wait_cut_vs_static", "node_gpu_hours", "node_gpu_hours_cut_vs_static"}
+    assert page_fields | {"pods_evicted", "still_waiting"} <= set(written["policies"]["packing/nodes"])
 
 
 def test_a_window_without_validated_hours_is_not_yet_and_bad_inputs_fail(
