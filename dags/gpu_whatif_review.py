@@ -68,20 +68,14 @@ def gpu_whatif_review() -> None:
     @task_outcome()
     def replay_history(params: Any = None, dag_run: Any = None, outlet_events: Any = None) -> dict[str, Any]:
         import logging
-        from datetime import UTC, datetime
 
         from slicewise.connections import task_settings
         from slicewise.planning.consolidation import MODES
-        from slicewise.whatif.steps import run_review
+        from slicewise.whatif.steps import run_review, window_of
 
-        until = (
-            datetime.strptime(params["until"], "%Y-%m-%dT%H").replace(tzinfo=UTC)
-            if params.get("until")
-            else dag_run.run_after.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-        )
+        since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
         raw = params["consolidation"]
         modes = MODES if raw == "all" else tuple(dict.fromkeys(raw.split(",")))
-        since = until - timedelta(days=params["days"])
         summary = run_review(task_settings(params), since, until, params["scheduler"], modes)
         for line in summary["consolidation_choice"]:
             logging.getLogger(__name__).info("%s", line)

@@ -129,25 +129,26 @@ def publish(staging: ObjectStoragePath, target: ObjectStoragePath, manifest: Map
     incoming = {item.name: item for item in staging.iterdir()}
     for leftover in target.iterdir():
         if leftover.name not in incoming:  # from an earlier version of this partition
-            _remove(leftover)
+            remove(leftover)
     for name, item in incoming.items():
         destination = target / name
         if destination.exists():
-            _remove(destination)
+            remove(destination)
         item.rename(destination)
     (target / MANIFEST).write_text(json.dumps(dict(manifest), indent=2, sort_keys=True, default=str))
-    _remove(staging)
+    remove(staging)
 
 
 def move_folder(source: ObjectStoragePath, target: ObjectStoragePath) -> None:
     """Replace ``target`` with the contents of ``source`` (used for quarantine, which has no readers)."""
     if target.exists():
-        _remove(target)
+        remove(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     source.rename(target)
 
 
-def _remove(path: ObjectStoragePath) -> None:
+def remove(path: ObjectStoragePath) -> None:
+    """Remove a file or a folder with everything in it (nothing when absent)."""
     if path.is_dir():
         path.fs.rm(path.path, recursive=True)
     elif path.exists():

@@ -49,7 +49,7 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
     assert states == {"replay_history": "success", "__run__": "success"}
     folder = root / "whatif" / "2026-11-23T12_2026-11-24T12"
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["hours"] == {"read": 3, "missing_or_quarantined": 21}
+    assert summary["hours"] == {"read": 3, "missing_or_quarantined": 21, "unreadable": 0}
     assert list(summary["policies"]) == ["static", "packing/off", "packing/nodes", "ideal"]
     assert summary["model"]["scheduler"] == "binpack"
     assert summary["consolidation_choice"][0].startswith("packing: least wait with planner_consolidation=")

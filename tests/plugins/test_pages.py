@@ -19,7 +19,7 @@ FILES = [
     f"/slicewise/reports/{fleet_data.REPORT_DATE}/report.html",
     f"/slicewise/reports/{fleet_data.REPORT_DATE}/summary.json",
     "/slicewise/plan.html",
-    "/slicewise/whatif/report.html",
+    f"/slicewise/whatif/{fleet_data.REVIEW_FOLDER}/report.html",
 ]
 BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
@@ -298,7 +298,7 @@ def test_the_plans_own_page_is_served(api: Api, full_home: Home) -> None:
 
 def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api, full_home: Home) -> None:
     page = api.get("/slicewise/whatif").text
-    assert "166 (2 missing or quarantined)" in page and "812, 6" in page
+    assert "166 (2 missing or quarantined, 0 unreadable)" in page and "812, 6" in page
     assert "packing: least wait with planner_consolidation=whole-gpus (41 s)" in page
     assert _row(page, "whatif", "packing/nodes") == [
         "packing/nodes",
@@ -309,10 +309,30 @@ def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api,
         "40",
         "0",
     ]
-    assert '<a href="whatif/report.html">report.html</a>' in page
-    html = api.get("/slicewise/whatif/report.html")
+    assert f'<a href="whatif/{fleet_data.REVIEW_FOLDER}/report.html">report.html</a>' in page
+    assert _row(page, "whatif", "static")[2] == "0%"
+    html = api.get(f"/slicewise/whatif/{fleet_data.REVIEW_FOLDER}/report.html")
     assert html.headers["content-security-policy"].startswith("sandbox allow-scripts")
     assert "What-if backtest" in html.text
+
+
+def test_a_newer_review_is_shown_and_a_broken_one_is_named_not_a_500(api: Api, full_home: Home) -> None:
+    older = full_home.store / "whatif" / fleet_data.REVIEW_FOLDER
+    # A later window (a shorter one starting earlier sorts lower by name, not by its end).
+    newer = full_home.store / "whatif" / "2026-11-22T00_2026-11-23T12"
+    newer.mkdir(parents=True)
+    for name in ("_MANIFEST.json", "report.html"):
+        (newer / name).write_text((older / name).read_text())
+    (newer / "summary.json").write_text(json.dumps({**fleet_data.REVIEW, "policies": {"static": None}}))
+    page = api.get("/slicewise/whatif").text
+    assert "2026-11-22T00_2026-11-23T12" in page and _cells(page, "whatif") == []
+    (newer / "summary.json").write_text(json.dumps({**fleet_data.REVIEW, "hours": "all of them"}))
+    assert "- (- missing or quarantined, 0 unreadable)" in api.get("/slicewise/whatif").text
+    (newer / "summary.json").write_text(json.dumps(["not", "a", "summary"]))
+    answer = api.get("/slicewise/whatif")
+    assert answer.status_code == 200 and "is not a JSON object" in answer.text
+    for name in ("..", "..%2F..%2Fcluster", "2026-11-22T00_2026-11-21T00"):
+        assert api.get(f"/slicewise/whatif/{name}/report.html", headers=BROWSER).status_code == 404
 
 
 def test_a_rollout_page_tells_its_story(api: Api, full_home: Home) -> None:
@@ -366,7 +386,7 @@ def test_before_anything_ran_every_page_says_what_is_missing(api: Api, empty_hom
     assert "No rollout ledger yet at" in api.get("/slicewise/plan").text
     assert api.get("/slicewise/rollouts/1").status_code == 404
     assert api.get("/slicewise/plan.html").status_code == 404
-    assert api.get("/slicewise/whatif/report.html").status_code == 404
+    assert api.get(f"/slicewise/whatif/{fleet_data.REVIEW_FOLDER}/report.html").status_code == 404
     # Reading never creates what it did not find.
     assert not empty_home.ledger.exists() and not empty_home.state.exists() and not empty_home.store.exists()
 

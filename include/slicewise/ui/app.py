@@ -267,17 +267,18 @@ def whatif(request: Request, user: User) -> Response:
     page, settings = _page(request, user, "What-if review", "whatif")
     try:
         latest = sources.latest_review(sources.storage_root(settings))
+        view = sources.shaped(f"the what-if review {latest.folder}", views.review_view, latest.summary)
     except Unavailable as problem:
         return page.render("whatif.html", problem=str(problem))
-    return page.render("whatif.html", problem=None, latest=latest, table=views.review_table(latest.summary))
+    return page.render("whatif.html", problem=None, latest=latest, view=view)
 
 
-@router.get("/whatif/report.html")
-def whatif_html(request: Request, user: User) -> Response:
-    """The newest what-if review's own report (sandboxed)."""
+@router.get("/whatif/{name}/report.html")
+def whatif_html(request: Request, user: User, name: str) -> Response:
+    """A what-if review's own report (sandboxed)."""
     page, settings = _page(request, user, "What-if report", "whatif")
     try:
-        content = sources.latest_review_html(sources.storage_root(settings))
+        content = sources.review_html(sources.storage_root(settings), name)
     except Unavailable as problem:
         return page.message(str(problem), _status(problem))
     return _file(content, "text/html; charset=utf-8")

@@ -198,28 +198,37 @@ class LatestReview:
     has_html: bool
 
 
-def _latest_review_folder(root: ObjectStoragePath) -> ObjectStoragePath:
+def _reviews(root: ObjectStoragePath) -> list[ObjectStoragePath]:
+    """The published what-if reviews, newest window end first (then the longest); a folder whose name is not a
+    window or whose manifest cannot be read is not a review."""
     from slicewise import store
-    from slicewise.whatif.steps import FOLDER
+    from slicewise.whatif.steps import FOLDER, window_of_folder
 
-    reviews = root / FOLDER
+    folder = root / FOLDER
     try:
-        published = (
-            [p for p in reviews.iterdir() if store.read_manifest(p) is not None] if reviews.exists() else []
-        )
+        found = []
+        for path in folder.iterdir() if folder.exists() else []:
+            window = window_of_folder(path.name)
+            try:
+                published = window is not None and store.read_manifest(path) is not None
+            except ValueError:  # a corrupt manifest: skip that folder, not the page
+                published = False
+            if published and window is not None:
+                found.append((window[1], -window[0].timestamp(), path))
     except Exception as exc:
-        raise _failed(f"the list of what-if reviews under {reviews}", exc) from exc
-    if not published:
-        raise Missing(
-            "no what-if review yet: gpu_whatif_review replays the week's validated metrics every Monday "
-            "(or trigger it)."
-        )
-    return max(published, key=lambda p: p.name)
+        raise _failed(f"the list of what-if reviews under {folder}", exc) from exc
+    return [path for *_, path in sorted(found, key=lambda item: item[:2], reverse=True)]
 
 
 def latest_review(root: ObjectStoragePath) -> LatestReview:
     """The newest published what-if review (``whatif/<since>_<until>/``); Unavailable without one."""
-    folder = _latest_review_folder(root)
+    reviews = _reviews(root)
+    if not reviews:
+        raise Missing(
+            "no what-if review yet: gpu_whatif_review replays the week's validated metrics every Monday "
+            "(or trigger it)."
+        )
+    folder = reviews[0]
     try:
         summary = json.loads((folder / "summary.json").read_text())
         has_html = (folder / "report.html").exists()
@@ -230,15 +239,18 @@ def latest_review(root: ObjectStoragePath) -> LatestReview:
     return LatestReview(folder.name, summary, has_html)
 
 
-def latest_review_html(root: ObjectStoragePath) -> bytes:
-    """The ``report.html`` of the newest what-if review."""
-    folder = _latest_review_folder(root)
+def review_html(root: ObjectStoragePath, name: str) -> bytes:
+    """The ``report.html`` of the published what-if review ``name`` (``<since>_<until>``); Unavailable for any
+    other name (no path leaves the reviews folder)."""
+    match = next((path for path in _reviews(root) if path.name == name), None)
+    if match is None:
+        raise Missing(f"there is no what-if review {name}")
     try:
-        return (folder / "report.html").read_bytes()
+        return (match / "report.html").read_bytes()
     except FileNotFoundError:
-        raise Missing(f"the what-if review {folder.name} has no report.html") from None
+        raise Missing(f"the what-if review {name} has no report.html") from None
     except Exception as exc:
-        raise _failed(f"the report.html of the what-if review {folder.name}", exc) from exc
+        raise _failed(f"the report.html of the what-if review {name}", exc) from exc
 
 
 # -- plans ------------------------------------------------------------------------------------------------------

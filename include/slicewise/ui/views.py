@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode
-from slicewise.ui.tables import Link, Table, at, number
+from slicewise.ui.tables import Link, Table, at, is_number, number
 
 if TYPE_CHECKING:
     from slicewise.planning.types import FleetPlan
@@ -191,16 +191,43 @@ def measurements_table(measurements: Sequence[MeasurementRecord]) -> Table:
 REVIEW_COLUMNS = ("policy", "mean wait s", "vs static", "node-GPU-h", "vs static", "evicted", "never served")
 
 
-def review_table(summary: Mapping[str, Any]) -> Table:
-    """One row per replayed policy of a what-if review's ``summary.json`` (the backtest's ``--json``)."""
+@dataclass(frozen=True)
+class ReviewView:
+    facts: tuple[tuple[str, str], ...]
+    choice: tuple[str, ...]  # the consolidation choice, one line per policy replayed once per mode
+    table: Table
+
+
+def review_view(summary: Mapping[str, Any]) -> ReviewView:
+    """What the What-if page shows of a review's ``summary.json`` (the backtest's ``--json`` plus the window and
+    the hours read); a field that is missing reads "-", a summary of the wrong shape raises (the page names it)."""
+
+    def part(key: str) -> Mapping[str, Any]:
+        value = summary.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    window, hours, trace, model = part("window"), part("hours"), part("trace"), part("model")
+    facts = (
+        ("window", f"{window.get('since', '-')} .. {window.get('until', '-')}"),
+        (
+            "validated hours read",
+            f"{number(hours.get('read'))} ({number(hours.get('missing_or_quarantined'))} missing or quarantined, "
+            f"{number(hours.get('unreadable', 0))} unreadable)",
+        ),
+        ("pods, nodes", f"{number(trace.get('pods'))}, {number(trace.get('nodes'))}"),
+        ("scheduler model", str(model.get("scheduler", "-"))),
+    )
+    choice = tuple(str(line) for line in summary.get("consolidation_choice") or ())
 
     def cut(figures: Mapping[str, Any], metric: str) -> str:
         value = figures.get(f"{metric}_vs_static")
-        return "-" if value is None else f"{-float(value):+.0%}"
+        if not isinstance(value, int | float) or not is_number(value):
+            return "-"
+        return f"{-value:+.0%}" if round(value, 2) else "0%"
 
     rows = tuple(
         (
-            name,
+            str(name),
             number(figures.get("wait_mean_s"), 0),
             cut(figures, "wait_cut"),
             number(figures.get("node_gpu_hours"), 0),
@@ -208,6 +235,7 @@ def review_table(summary: Mapping[str, Any]) -> Table:
             number(figures.get("pods_evicted")),
             number(figures.get("still_waiting")),
         )
-        for name, figures in dict(summary.get("policies", {})).items()
+        for name, figures in part("policies").items()
+        if isinstance(figures, Mapping)
     )
-    return Table(REVIEW_COLUMNS, rows, numeric=frozenset({1, 2, 3, 4, 5, 6}))
+    return ReviewView(facts, choice, Table(REVIEW_COLUMNS, rows, numeric=frozenset({1, 2, 3, 4, 5, 6})))

@@ -17,7 +17,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise.errors import NotYet, PermanentError
@@ -39,7 +39,19 @@ class NoValidatedHistory(NotYet):
 
 
 def review_folder(root: Any, since: datetime, until: datetime) -> Any:
+    """Where the review of ``[since, until)`` is published (a later review of the same window replaces it)."""
     return root / FOLDER / f"{since:%Y-%m-%dT%H}_{until:%Y-%m-%dT%H}"
+
+
+def window_of_folder(name: str) -> tuple[datetime, datetime] | None:
+    """(since, until) of a review folder's name, or None for a name that is not one."""
+    try:
+        since, until = (
+            datetime.strptime(part, "%Y-%m-%dT%H").replace(tzinfo=UTC) for part in name.split("_")
+        )
+    except ValueError:
+        return None
+    return (since, until) if since < until else None
 
 
 def pod_ends(demand: pd.DataFrame) -> pd.DataFrame:
@@ -52,17 +64,61 @@ def pod_ends(demand: pd.DataFrame) -> pd.DataFrame:
     return demand[keep]
 
 
+def window_of(until: str | None, days: int, run_after: datetime) -> tuple[datetime, datetime]:
+    """``[until - days, until)``: ``until`` as ``YYYY-MM-DDTHH`` (UTC), else ``run_after``'s hour; a malformed or
+    future ``until`` is a :class:`ReviewError`."""
+    now = run_after.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if until:
+        try:
+            end = datetime.strptime(until, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+        except ValueError as exc:
+            raise ReviewError(f"until must be YYYY-MM-DDTHH (UTC), got {until!r}: {exc}") from None
+        if end > now:
+            raise ReviewError(
+                f"until {until} is after this run's hour ({now:%Y-%m-%dT%H}): nothing is known there"
+            )
+    else:
+        end = now
+    if days < 1:
+        raise ReviewError(f"days must be at least 1, got {days}")
+    return end - timedelta(days=days), end
+
+
+def _read_hours(found: Sequence[tuple[datetime, str]]) -> tuple[pd.DataFrame, pd.DataFrame, int, int]:
+    """The demand of every readable hour (each pod's first and last sample), the GPU frame of the newest
+    readable one, the sample step, and how many hours could not be read (a corrupt or incomplete partition is
+    counted and left out; a storage error propagates, to be retried)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from slicewise import store
+
+    demand_hours, step, unreadable = [], 0, 0
+    newest: str | None = None
+    for _, folder in found:
+        try:
+            hour_demand, meta = store.read_frame(store.storage_path(folder) / store.DEMAND_FILE)
+            demand_hours.append(pod_ends(hour_demand))  # a week of every sample would not fit in memory
+        except (FileNotFoundError, KeyError, ValueError, pa.ArrowException):
+            unreadable += 1
+            continue
+        step = step or int(float(meta.get("step_s", "60")))
+        newest = folder
+    if newest is None:
+        raise ReviewError(f"none of the {len(found)} validated hours could be read (corrupt partitions?)")
+    gpu, _ = store.read_frame(store.storage_path(newest) / store.GPU_FILE)
+    return pd.concat(demand_hours, ignore_index=True), gpu, step, unreadable
+
+
 def run_review(
     settings: Settings, since: datetime, until: datetime, scheduler: str, modes: Sequence[str]
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation choice and the paths."""
-    import pandas as pd
-
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.pricing import load_prices
-    from slicewise.costs.sources import published_hours, read_hour
+    from slicewise.costs.sources import published_hours
     from slicewise.planning.config import PlannerConfig
     from slicewise.whatif import report
     from slicewise.whatif.engine import BacktestConfig
@@ -84,12 +140,7 @@ def run_review(
         raise NoValidatedHistory(
             f"no validated metrics partition between {since.isoformat()} and {until.isoformat()}"
         )
-    demand_hours, step = [], 0
-    for _, folder in found:
-        gpu, hour_demand, hour_step = read_hour(folder)
-        demand_hours.append(pod_ends(hour_demand))  # a week of every sample would not fit in memory
-        step = step or hour_step
-    demand = pd.concat(demand_hours, ignore_index=True)
+    demand, gpu, step, unreadable = _read_hours(found)
     catalog = load_catalog()
     try:
         trace, nodes = trace_from_frames(demand, gpu, since, step, catalog)
@@ -97,6 +148,8 @@ def run_review(
     except TraceError as exc:
         raise NoValidatedHistory(f"nothing to replay in the validated hours: {exc}") from exc
     planner = dataclasses.replace(PlannerConfig.from_settings(settings), fallback="baseline")
+    if len(modes) == 1:  # one mode: the packing row is that mode, not the cluster's setting
+        planner = dataclasses.replace(planner, consolidation=modes[0])
     prices = load_prices()
     config = BacktestConfig(
         scheduler=scheduler,
@@ -115,14 +168,21 @@ def run_review(
     summary = {
         **report.as_json(backtest),
         "window": {"since": since.isoformat(), "until": until.isoformat()},
-        "hours": {"read": len(found), "missing_or_quarantined": len(hours) - len(found)},
+        "hours": {
+            "read": len(found) - unreadable,
+            "missing_or_quarantined": len(hours) - len(found),
+            "unreadable": unreadable,
+        },
     }
     target = review_folder(root, since, until)
     staging = root / "_staging" / FOLDER / uuid.uuid4().hex[:12]
-    staging.mkdir(parents=True, exist_ok=True)
-    (staging / "report.html").write_text(report.render_html(backtest))
-    (staging / "summary.json").write_text(json.dumps(summary, indent=2))
-    store.publish(staging, target, {"window": summary["window"], "hours": summary["hours"]})
+    try:
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "report.html").write_text(report.render_html(backtest))
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2))
+        store.publish(staging, target, {"window": summary["window"], "hours": summary["hours"]})
+    finally:
+        store.remove(staging)  # published: already moved; failed: nothing half-written is left
     return {
         "window": summary["window"],
         "hours": summary["hours"],

@@ -12,7 +12,7 @@ import pytest
 from slicewise import store
 from slicewise.settings import load_settings
 from slicewise.simulator.fleet import Fleet
-from slicewise.whatif.steps import NoValidatedHistory, ReviewError, review_folder, run_review
+from slicewise.whatif.steps import NoValidatedHistory, ReviewError, review_folder, run_review, window_of
 from tests.support.partitions import publish_hour
 
 DAY = datetime(2026, 11, 24, tzinfo=UTC)
@@ -33,7 +33,7 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     settings = load_settings(None, {"storage_root": str(root)})
     until = DAY + timedelta(hours=4)
     summary = run_review(settings, DAY, until, "spread", ("off", "whole-gpus", "nodes"))
-    assert summary["hours"] == {"read": 3, "missing_or_quarantined": 1}
+    assert summary["hours"] == {"read": 3, "missing_or_quarantined": 1, "unreadable": 0}
     assert list(summary["policies"]) == [
         "static",
         "packing/off",
@@ -53,6 +53,32 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     assert {"window", "hours", "trace", "model", "consolidation_choice"} <= set(written)
     page_fields = {"wait_mean_s", "wait_cut_vs_static", "node_gpu_hours", "node_gpu_hours_cut_vs_static"}
     assert page_fields | {"pods_evicted", "still_waiting"} <= set(written["policies"]["packing/nodes"])
+
+
+def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_out(
+    root: store.ObjectStoragePath,
+) -> None:
+    (store.PartitionPaths(root, DAY + timedelta(hours=1)).published / store.DEMAND_FILE).write_text(
+        "not parquet"
+    )
+    settings = load_settings(None, {"storage_root": str(root), "planner_consolidation": "nodes"})
+    summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off",))
+    assert summary["hours"] == {"read": 2, "missing_or_quarantined": 1, "unreadable": 1}
+    assert list(summary["policies"]) == ["static", "packing", "ideal"]
+    written = json.loads((review_folder(root, DAY, DAY + timedelta(hours=4)) / "summary.json").read_text())
+    assert written["model"]["planner"]["consolidation"] == "off"  # what was asked, not the cluster's "nodes"
+    assert not list((root / "_staging").rglob("*.json"))  # nothing left half-written
+
+
+def test_the_window_ends_at_until_or_the_runs_hour_and_a_bad_until_fails() -> None:
+    run_after = datetime(2026, 11, 30, 2, 30, 12, tzinfo=UTC)
+    week = (datetime(2026, 11, 23, 2, tzinfo=UTC), datetime(2026, 11, 30, 2, tzinfo=UTC))
+    assert window_of(None, 7, run_after) == week
+    assert window_of("2026-11-24T12", 1, run_after) == (DAY - timedelta(hours=12), DAY + timedelta(hours=12))
+    with pytest.raises(ReviewError, match="YYYY-MM-DDTHH"):
+        window_of("2026-13-40T25", 7, run_after)
+    with pytest.raises(ReviewError, match="after this run's hour"):
+        window_of("2026-11-30T03", 7, run_after)
 
 
 def test_a_window_without_validated_hours_is_not_yet_and_bad_inputs_fail(
