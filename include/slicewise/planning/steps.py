@@ -6,6 +6,7 @@ and a re-run of a task replaces its own output.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,8 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
     forecasts = storage.read_forecasts(folder / storage.FORECASTS)
     observations = storage.read_observations(folder / storage.OBSERVED)
     plan = plan_fleet(observations, forecasts, load_catalog(), PlannerConfig.from_settings(settings), now)
+    if advice := review_advice(settings, now):
+        plan = dataclasses.replace(plan, notes=(*plan.notes, advice))
     paths = storage.write_plan(folder, plan)
     log.info("plan:\n%s", report.text_table(plan))
     return {
@@ -83,3 +86,19 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
         ],
         "paths": paths,
     }
+
+
+def review_advice(settings: Settings, now: datetime) -> str | None:
+    """The newest what-if review's word on ``planner_consolidation`` for the plan's notes (None when it has
+    none). A review that cannot be read costs the plan nothing: it is logged and left out."""
+    from slicewise import store
+    from slicewise.whatif import reviews
+
+    try:
+        review = reviews.newest(store.storage_path(settings.storage_root))
+    except Exception:
+        log.warning("the newest what-if review could not be read; the plan goes on without it", exc_info=True)
+        return None
+    return (
+        None if review is None else reviews.consolidation_advice(review, settings.planner_consolidation, now)
+    )

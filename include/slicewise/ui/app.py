@@ -267,7 +267,7 @@ def whatif(request: Request, user: User) -> Response:
     page, settings = _page(request, user, "What-if review", "whatif")
     try:
         latest = sources.latest_review(sources.storage_root(settings))
-        view = sources.shaped(f"the what-if review {latest.folder}", views.review_view, latest.summary)
+        view = sources.shaped(f"the what-if review {latest.name}", views.review_view, latest.summary)
     except Unavailable as problem:
         return page.render("whatif.html", problem=str(problem))
     return page.render("whatif.html", problem=None, latest=latest, view=view)

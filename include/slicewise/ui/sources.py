@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Rollout,
         Wave,
     )
+    from slicewise.whatif.reviews import Review
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -191,58 +192,31 @@ def report_file(root: ObjectStoragePath, date: str, name: str) -> bytes:
 # -- what-if reviews --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LatestReview:
-    folder: str  # <since>_<until>
-    summary: dict[str, Any]
-    has_html: bool
+def latest_review(root: ObjectStoragePath) -> Review:
+    """The newest published what-if review; Unavailable without one."""
+    from slicewise.whatif import reviews
 
-
-def _reviews(root: ObjectStoragePath) -> list[ObjectStoragePath]:
-    """The published what-if reviews, newest window end first (then the longest); a folder whose name is not a
-    window or whose manifest cannot be read is not a review."""
-    from slicewise import store
-    from slicewise.whatif.steps import FOLDER, window_of_folder
-
-    folder = root / FOLDER
     try:
-        found = []
-        for path in folder.iterdir() if folder.exists() else []:
-            window = window_of_folder(path.name)
-            try:
-                published = window is not None and store.read_manifest(path) is not None
-            except ValueError:  # a corrupt manifest: skip that folder, not the page
-                published = False
-            if published and window is not None:
-                found.append((window[1], -window[0].timestamp(), path))
+        review = reviews.newest(root)
     except Exception as exc:
-        raise _failed(f"the list of what-if reviews under {folder}", exc) from exc
-    return [path for *_, path in sorted(found, key=lambda item: item[:2], reverse=True)]
-
-
-def latest_review(root: ObjectStoragePath) -> LatestReview:
-    """The newest published what-if review (``whatif/<since>_<until>/``); Unavailable without one."""
-    reviews = _reviews(root)
-    if not reviews:
+        raise _failed(f"the what-if reviews under {root / reviews.FOLDER}", exc) from exc
+    if review is None:
         raise Missing(
             "no what-if review yet: gpu_whatif_review replays the week's validated metrics every Monday "
             "(or trigger it)."
         )
-    folder = reviews[0]
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-        has_html = (folder / "report.html").exists()
-    except Exception as exc:
-        raise _failed(f"the what-if review {folder.name}", exc) from exc
-    if not isinstance(summary, dict):
-        raise Unavailable(f"the summary of the what-if review {folder.name} is not a JSON object")
-    return LatestReview(folder.name, summary, has_html)
+    return review
 
 
 def review_html(root: ObjectStoragePath, name: str) -> bytes:
     """The ``report.html`` of the published what-if review ``name`` (``<since>_<until>``); Unavailable for any
     other name (no path leaves the reviews folder)."""
-    match = next((path for path in _reviews(root) if path.name == name), None)
+    from slicewise.whatif import reviews
+
+    try:
+        match = next((path for path in reviews.published(root) if path.name == name), None)
+    except Exception as exc:
+        raise _failed(f"the what-if reviews under {root / reviews.FOLDER}", exc) from exc
     if match is None:
         raise Missing(f"there is no what-if review {name}")
     try:

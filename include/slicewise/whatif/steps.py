@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.errors import NotYet, PermanentError
 from slicewise.settings import Settings
+from slicewise.whatif import reviews
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FOLDER = "whatif"
 POLICIES = "static,packing,ideal"
 
 
@@ -36,22 +36,6 @@ class ReviewError(PermanentError, ValueError):
 
 class NoValidatedHistory(NotYet):
     """No validated metrics partition in the window: nothing to replay yet."""
-
-
-def review_folder(root: Any, since: datetime, until: datetime) -> Any:
-    """Where the review of ``[since, until)`` is published (a later review of the same window replaces it)."""
-    return root / FOLDER / f"{since:%Y-%m-%dT%H}_{until:%Y-%m-%dT%H}"
-
-
-def window_of_folder(name: str) -> tuple[datetime, datetime] | None:
-    """(since, until) of a review folder's name, or None for a name that is not one."""
-    try:
-        since, until = (
-            datetime.strptime(part, "%Y-%m-%dT%H").replace(tzinfo=UTC) for part in name.split("_")
-        )
-    except ValueError:
-        return None
-    return (since, until) if since < until else None
 
 
 def pod_ends(demand: pd.DataFrame) -> pd.DataFrame:
@@ -174,8 +158,8 @@ def run_review(
             "unreadable": unreadable,
         },
     }
-    target = review_folder(root, since, until)
-    staging = root / "_staging" / FOLDER / uuid.uuid4().hex[:12]
+    target = reviews.folder_of(root, since, until)
+    staging = root / "_staging" / reviews.FOLDER / uuid.uuid4().hex[:12]
     try:
         staging.mkdir(parents=True, exist_ok=True)
         (staging / "report.html").write_text(report.render_html(backtest))

@@ -12,7 +12,8 @@ import pytest
 from slicewise import store
 from slicewise.settings import load_settings
 from slicewise.simulator.fleet import Fleet
-from slicewise.whatif.steps import NoValidatedHistory, ReviewError, review_folder, run_review, window_of
+from slicewise.whatif.reviews import folder_of as review_folder
+from slicewise.whatif.steps import NoValidatedHistory, ReviewError, run_review, window_of
 from tests.support.partitions import publish_hour
 
 DAY = datetime(2026, 11, 24, tzinfo=UTC)
@@ -106,3 +107,25 @@ def test_keeping_each_pods_first_and_last_sample_of_an_hour_loses_nothing_the_tr
     assert len(ends) < len(full) / 10
     catalog = load_catalog()
     assert trace_from_frames(ends, gpu, DAY, 60, catalog) == trace_from_frames(full, gpu, DAY, 60, catalog)
+
+
+def test_the_plan_notes_carry_the_newest_reviews_advice_and_a_broken_review_costs_nothing(
+    root: store.ObjectStoragePath, caplog: pytest.LogCaptureFixture
+) -> None:
+    from slicewise.planning.steps import review_advice
+
+    settings = load_settings(None, {"storage_root": str(root), "planner_consolidation": "nodes"})
+    assert review_advice(settings, DAY) is None  # no review yet
+    until = DAY + timedelta(hours=4)
+    run_review(settings, DAY, until, "spread", ("off", "whole-gpus", "nodes"))
+    # On these four simulated hours every mode waits the same: the setting is as good as any, no advice.
+    assert review_advice(settings, until) is None
+    summary_file = review_folder(root, DAY, until) / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["policies"]["packing/off"]["wait_mean_s"] /= 2
+    summary_file.write_text(json.dumps(summary))
+    advice = review_advice(settings, until)
+    assert advice is not None and "planner_consolidation=off waited least" in advice
+    summary_file.write_text("[1, 2]")
+    assert review_advice(settings, until) is None
+    assert "could not be read" in caplog.text

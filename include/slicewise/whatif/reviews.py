@@ -1,0 +1,119 @@
+"""Published what-if reviews under the storage root, ``whatif/<since>_<until>/`` (``gpu_whatif_review`` writes
+them): where one goes, which are there, the newest, and what it advises about ``planner_consolidation``.
+
+The one front door for the review's files: the DAG's step writes through :func:`folder_of`, the GPU fleet pages
+and the planner's notes read through :func:`published` and :func:`newest`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+FOLDER = "whatif"
+#: A review older than this (by its window's end) advises nothing: the cluster's load may have moved on.
+ADVICE_MAX_AGE = timedelta(days=14)
+
+
+@dataclass(frozen=True)
+class Review:
+    name: str  # <since>_<until>
+    since: datetime
+    until: datetime
+    summary: dict[str, Any]
+    has_html: bool
+
+
+def folder_of(root: Any, since: datetime, until: datetime) -> Any:
+    """Where the review of ``[since, until)`` is published (a later review of the same window replaces it)."""
+    return root / FOLDER / f"{since:%Y-%m-%dT%H}_{until:%Y-%m-%dT%H}"
+
+
+def window_of_folder(name: str) -> tuple[datetime, datetime] | None:
+    """(since, until) of a review folder's name, or None for a name that is not one."""
+    try:
+        since, until = (
+            datetime.strptime(part, "%Y-%m-%dT%H").replace(tzinfo=UTC) for part in name.split("_")
+        )
+    except ValueError:
+        return None
+    return (since, until) if since < until else None
+
+
+def published(root: Any) -> list[Any]:
+    """The published reviews' folders, the latest window end first (then the longest window); a folder whose
+    name is not a window, or whose manifest is missing or corrupt, is not a review. Storage errors propagate."""
+    from slicewise import store
+
+    folder = root / FOLDER
+    found = []
+    for path in folder.iterdir() if folder.exists() else []:
+        window = window_of_folder(path.name)
+        if window is None:
+            continue
+        try:
+            manifest = store.read_manifest(path)
+        except ValueError:  # a corrupt manifest: skip that folder, not every review
+            continue
+        if manifest is not None:
+            found.append((window[1], -window[0].timestamp(), path))
+    return [path for *_, path in sorted(found, key=lambda item: item[:2], reverse=True)]
+
+
+def read(path: Any) -> Review:
+    """The review in ``path`` (one of :func:`published`); ValueError when its summary is not a JSON object."""
+    window = window_of_folder(path.name)
+    if window is None:
+        raise ValueError(f"{path.name} is not a review folder")
+    summary = json.loads((path / "summary.json").read_text())
+    if not isinstance(summary, dict):
+        raise ValueError(f"the summary of the what-if review {path.name} is not a JSON object")
+    return Review(path.name, window[0], window[1], summary, (path / "report.html").exists())
+
+
+def newest(root: Any) -> Review | None:
+    """The review with the latest window end, or None before the first."""
+    folders = published(root)
+    return read(folders[0]) if folders else None
+
+
+def consolidation_advice(review: Review, current: str, now: datetime) -> str | None:
+    """A line for the plan's notes when the review found another ``planner_consolidation`` waiting less than
+    ``current`` on this cluster's own history (among the modes that left the fewest pods unserved); None when
+    ``current`` waited least, the review compared fewer than two modes, or it is older than
+    :data:`ADVICE_MAX_AGE`."""
+    if now - review.until > ADVICE_MAX_AGE:
+        return None
+    policies = review.summary.get("policies")
+    modes: dict[str, Mapping[str, Any]] = {
+        name.partition("/")[2]: figures
+        for name, figures in (policies.items() if isinstance(policies, Mapping) else ())
+        if name.startswith("packing/") and isinstance(figures, Mapping)
+    }
+    waits = {
+        mode: (int(figures.get("still_waiting") or 0), float(figures["wait_mean_s"]))
+        for mode, figures in modes.items()
+        if isinstance(figures.get("wait_mean_s"), int | float)
+    }
+    if len(waits) < 2:
+        return None
+    best = min(waits, key=lambda m: waits[m])
+    if (
+        current in waits
+        and round(waits[current][1]) <= round(waits[best][1])
+        and waits[current][0] <= waits[best][0]
+    ):
+        return None
+    window = f"{review.since:%Y-%m-%d %H:00} .. {review.until:%Y-%m-%d %H:00} UTC"
+    mine = (
+        f"{waits[current][1]:,.0f} s with {current}, the setting"
+        if current in waits
+        else f"the setting {current} was not replayed"
+    )
+    return (
+        f"what-if review of {window}: planner_consolidation={best} waited least on this cluster's own history "
+        f"({waits[best][1]:,.0f} s mean wait; {mine}); see the What-if page before changing it"
+    )
