@@ -165,9 +165,11 @@ def pack(
 ) -> Packing | None:
     """A fresh packing of ``pods``, largest first; None when the packer finds no room for one of them.
 
-    Two ways of choosing a free node are tried and the packing on fewer node-GPUs kept: the smallest node that
-    holds the pod, and the smallest that holds all the demand still to place (so three whole-GPU pods go to
-    one 4-GPU node, not to a 2-GPU node and then the 4-GPU one). When some pods may run only on some GPU
+    Three ways of choosing a free node are tried and the packing on fewer node-GPUs kept: the smallest node that
+    holds the pod, the smallest that holds all the demand still to place (so three whole-GPU pods go to one
+    4-GPU node, not to a 2-GPU node and then the 4-GPU one), and the smallest that holds the pods still to place
+    on a GPU each (0.5, 0.6 and 0.6 of a GPU are 1.7 GPUs of demand but share no GPU: three GPUs, so one 4-GPU
+    node rather than a 2-GPU node and then the 4-GPU one). When some pods may run only on some GPU
     models, the pods are also tried most constrained first (fewest GPUs they may use, then largest): largest
     first, an 8-GPU pod free to go anywhere could take the one 8-GPU node of the model a pinned pod needs."""
     items = sorted(pods, key=lambda item: (-item[1].gpus, -item[1].share, item[0]))
@@ -180,13 +182,16 @@ def pack(
         )
     best: Packing | None = None
     for order in orders:
-        for look_ahead in (False, True):
+        for look_ahead in (None, "demand", "gpus"):
             packing = Packing(nodes, by_size)
-            left = sum(ask.gpus * ask.share for _, ask in order)
+            demand = sum(ask.gpus * ask.share for _, ask in order)
+            gpus = sum(ask.gpus for _, ask in order)
             for pod, ask in order:
-                if not packing.add(pod, ask, math.ceil(left - EPS) if look_ahead else 0.0):
+                room_for = {None: 0.0, "demand": math.ceil(demand - EPS), "gpus": float(gpus)}[look_ahead]
+                if not packing.add(pod, ask, room_for):
                     break
-                left -= ask.gpus * ask.share
+                demand -= ask.gpus * ask.share
+                gpus -= ask.gpus
             else:
                 if best is None or packing.node_gpus() < best.node_gpus():
                     best = packing
