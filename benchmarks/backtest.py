@@ -25,7 +25,6 @@ import dataclasses
 import time
 from pathlib import Path
 
-from slicewise.costs.pricing import load_prices
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.policies import parse_policies
 from slicewise.whatif.report import format_table
@@ -43,14 +42,6 @@ def peak_rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def priced() -> BacktestConfig:
-    prices = load_prices()
-    return BacktestConfig(
-        price_per_gpu_hour=prices.default_price,
-        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
-    )
 
 
 def fleets(base: BacktestConfig) -> dict[str, BacktestConfig]:
@@ -123,7 +114,7 @@ SECONDS: dict[str, float] = {}
 def the_table() -> None:
     nodes = load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv")
     policies = parse_policies(POLICIES)
-    base = priced()
+    base = BacktestConfig.priced()
     began = time.perf_counter()
     for variant, share in SAMPLES.items():
         sample = spread_sample(nodes, share)
@@ -154,7 +145,7 @@ def timing(variant: str, node_share: float, names: str, gpu_model: str | None) -
         f"read {len(trace.pods):,} GPU pods and {len(nodes):,} nodes in {time.perf_counter() - began:.2f} s"
     )
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
-    config = dataclasses.replace(priced(), gpu_model=gpu_model)
+    config = BacktestConfig.priced(gpu_model=gpu_model)
     print(f"{'policy':<11} {'seconds':>8} {'planner runs':>13} {'s/run':>7}")
     for policy in parse_policies(names):
         began = time.perf_counter()

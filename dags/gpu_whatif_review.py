@@ -70,12 +70,11 @@ def gpu_whatif_review() -> None:
         import logging
 
         from slicewise.connections import task_settings
-        from slicewise.planning.consolidation import MODES
+        from slicewise.planning.consolidation import parse_modes
         from slicewise.whatif.steps import run_review, window_of
 
         since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
-        raw = params["consolidation"]
-        modes = MODES if raw == "all" else tuple(dict.fromkeys(raw.split(",")))
+        modes = parse_modes(params["consolidation"])  # the Param's pattern admits only valid ones
         summary = run_review(task_settings(params), since, until, params["scheduler"], modes)
         for line in summary["consolidation_choice"]:
             logging.getLogger(__name__).info("%s", line)

@@ -48,6 +48,19 @@ RELEASE_WEIGHT = 1.0
 RULE = "packing: consolidate: move this node's pods to room elsewhere"
 
 
+def parse_modes(raw: str) -> tuple[str, ...]:
+    """``all``, or comma-separated modes (duplicates dropped, order kept); ValueError naming an unknown one."""
+    if raw.strip() == "all":
+        return MODES
+    modes = tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(
+            f"unknown consolidation {unknown or raw!r}; known: {', '.join(MODES)}, or 'all' alone"
+        )
+    return modes
+
+
 @dataclass(frozen=True)
 class Planned:
     """A node as the per-node pass left it: its context, its plan and the proposal behind it."""

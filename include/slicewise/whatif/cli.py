@@ -151,7 +151,6 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from slicewise.catalog import load_catalog
-    from slicewise.costs.pricing import load_prices
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.gpus import parse_model_map
     from slicewise.whatif.policies import parse_policies, per_consolidation
@@ -181,9 +180,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     fleet = spread_sample(nodes, args.node_share)
     # Sizing samples the fleet further: a pod is left out only when no node of the whole fleet fits it.
     trace = hostable_on(trace, fleet)
-    prices = load_prices()
     base = BacktestConfig()
-    config = BacktestConfig(
+    config = BacktestConfig.priced(
         gpu_model=args.gpu_model,
         model_map=parse_model_map(args.model_map),
         scheduler=args.scheduler,
@@ -201,8 +199,6 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             else base.planner.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
         ),
-        price_per_gpu_hour=prices.default_price,
-        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
     )
     models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map
     start = min(p.arrival_s for p in trace.pods)
@@ -340,17 +336,12 @@ def _size(args: argparse.Namespace, inputs: dict[str, Any]) -> int:
 
 
 def _consolidation_modes(raw: str) -> tuple[str, ...]:
-    from slicewise.planning.consolidation import MODES
+    from slicewise.planning.consolidation import parse_modes
 
-    if raw.strip() == "all":
-        return MODES
-    modes = tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise argparse.ArgumentTypeError(
-            f"unknown consolidation {unknown or raw!r}; known: {', '.join(MODES)}, or 'all' alone"
-        )
-    return modes
+    try:
+        return parse_modes(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _moment(raw: str) -> datetime:

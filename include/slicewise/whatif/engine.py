@@ -33,6 +33,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +80,18 @@ class BacktestConfig:
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
     price_per_gpu_hour: float = 0.0  # for GPU models without a price of their own
     prices: Mapping[str, float] = field(default_factory=dict)  # catalogue model -> price per GPU-hour
+
+    @classmethod
+    def priced(cls, **fields: Any) -> BacktestConfig:
+        """``fields`` with the shipped price list (``costs.pricing``), which the replay's cost figures use."""
+        from slicewise.costs.pricing import load_prices
+
+        prices = load_prices()
+        return cls(
+            price_per_gpu_hour=prices.default_price,
+            prices={name: price.per_gpu_hour for name, price in prices.models.items()},
+            **fields,
+        )
 
     def fleet_models(self, nodes: Sequence[TraceNode], catalog: Catalog) -> FleetModels:
         return resolve_models((n.model for n in nodes), catalog, self.gpu_model, self.model_map)

@@ -101,7 +101,6 @@ def run_review(
     window, hours read and missing, each policy's headline figures, the consolidation choice and the paths."""
     from slicewise import store
     from slicewise.catalog import load_catalog
-    from slicewise.costs.pricing import load_prices
     from slicewise.costs.sources import published_hours
     from slicewise.planning.config import PlannerConfig
     from slicewise.whatif import report
@@ -134,13 +133,8 @@ def run_review(
     planner = dataclasses.replace(PlannerConfig.from_settings(settings), fallback="baseline")
     if len(modes) == 1:  # one mode: the packing row is that mode, not the cluster's setting
         planner = dataclasses.replace(planner, consolidation=modes[0])
-    prices = load_prices()
-    config = BacktestConfig(
-        scheduler=scheduler,
-        eviction_cost_s=planner.eviction_cost_s,
-        planner=planner,
-        price_per_gpu_hour=prices.default_price,
-        prices={name: price.per_gpu_hour for name, price in prices.models.items()},
+    config = BacktestConfig.priced(
+        scheduler=scheduler, eviction_cost_s=planner.eviction_cost_s, planner=planner
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
