@@ -35,6 +35,8 @@ class PlannerConfig:
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
     consolidation: str = "whole-gpus"  # packing: move pods to make room for whole-GPU pods (and free nodes)
     eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
+    # consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied for the autoscaler
+    release_below: float = 0.25
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
@@ -60,6 +62,8 @@ class PlannerConfig:
             )
         if self.eviction_cost_s < 0:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
+        if not 0 <= self.release_below <= 1:
+            raise PlannerConfigError(f"planner_release_below must be in [0, 1], got {self.release_below}")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PlannerConfig:
@@ -76,6 +80,7 @@ class PlannerConfig:
             fallback=settings.planner_fallback,
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
+            release_below=settings.planner_release_below,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
         )

@@ -6,7 +6,7 @@ looks for **donors**: nodes their plans keep as they are (also when a change the
 rails), whose GPU pods may all be drained, and which, once
 empty, would host pending requests the per-node plans left waiting — whole-GPU ones, or pinned ones (a GPU
 model, a node label) — or, with
-``planner_consolidation=nodes``, hold so little (at most ``NEARLY_EMPTY`` of their GPUs) that emptying them
+``planner_consolidation=nodes``, hold so little (at most ``planner_release_below`` of their GPUs) that emptying them
 lets a cluster autoscaler remove them. A donor is consolidated only when every one of its pods fits the room
 the other nodes have left under their own plans (the same placement the packing policy uses), and the gain —
 whole-GPU requests hosted (twice their GPUs, as in packing), pinned smaller ones (their share, a GPU each: a pod
@@ -41,8 +41,6 @@ from slicewise.planning.types import CHANGE, KEEP, NodePlan
 
 OFF, WHOLE_GPUS_ONLY, NODES = "off", "whole-gpus", "nodes"
 MODES = (OFF, WHOLE_GPUS_ONLY, NODES)
-#: A node holding at most this share of its GPUs may be emptied for the autoscaler (mode ``nodes``).
-NEARLY_EMPTY = 0.25
 #: What a released GPU is worth per hour, against the hysteresis and the eviction cost.
 RELEASE_WEIGHT = 1.0
 RULE = "packing: consolidate: move this node's pods to room elsewhere"
@@ -98,7 +96,7 @@ def consolidate(
             for r, count in hosted.items()
         )
         held = _held(ctx)
-        release = config.consolidation == NODES and held <= NEARLY_EMPTY * ctx.gpus
+        release = config.consolidation == NODES and held <= config.release_below * ctx.gpus
         if release:
             value += RELEASE_WEIGHT * ctx.gpus
         if value <= 0:

@@ -79,6 +79,13 @@ def register(subparsers: Any) -> None:
         "oracle) once per mode (packing/nodes, ...), to choose the mode on this cluster's own history",
     )
     parser.add_argument(
+        "--release-below",
+        type=float,
+        default=0.25,
+        help="with consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied and "
+        "released (planner_release_below; default 0.25, as production)",
+    )
+    parser.add_argument(
         "--scheduler",
         choices=SCHEDULERS,
         default=FIRST_FIT,
@@ -171,6 +178,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("give --pods and --nodes, or --prometheus with --since")
     if min(args.reconfigure_s, args.eviction_cost_s, args.scale_up_s, args.drain_cap_days) < 0:
         raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
+    if not 0 <= args.release_below <= 1:
+        raise ValueError("--release-below must be in [0, 1]")
     if args.days is not None and args.days <= 0:
         raise ValueError("--days must be > 0")
     if args.saturate and args.size_for_wait is not None:
@@ -198,6 +207,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             if len(args.consolidation) == 1
             else base.planner.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
+            release_below=args.release_below,
         ),
     )
     models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map

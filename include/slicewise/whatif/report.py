@@ -52,6 +52,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "plan_gpus_without_mig": config.planner.plan_gpus_without_mig,
                 "split_layouts": config.planner.split_layouts,
                 "consolidation": config.planner.consolidation,
+                "release_below": config.planner.release_below,
             },
         },
         "seconds": round(backtest.seconds, 1),

@@ -86,6 +86,28 @@ def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Cata
     assert note.endswith("h1, h3")
 
 
+def test_planner_release_below_sets_how_empty_a_node_must_be_to_be_released(catalog: Catalog) -> None:
+    # Mode nodes, nothing waiting: h1 and h2 each run two plain one-GPU pods whose P90 load adds up to 2 of
+    # their 4 GPUs (what a pod without a declared share holds is its forecast load), h3 nothing. At the default
+    # (a quarter) no node is emptied; at a half, h1's pods move into h2's two free GPUs and h1 is released.
+    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=4) for n in ("h1", "h2", "h3")]
+    pods = {n: [pod(f"svc-{n}-{i}", n, GPU) for i in (1, 2)] for n in ("h1", "h2")}
+    loads = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, 0.5)]
+
+    def actions(release_below: float) -> list[str]:
+        plan = plan_fleet(
+            [observe(nodes[0], *pods["h1"]), observe(nodes[1], *pods["h2"]), observe(nodes[2])],
+            Forecasts(tuple(loads), (), "p90_last_hour", True),
+            catalog,
+            PlannerConfig(max_change_share=1.0, consolidation="nodes", release_below=release_below),
+            NOW,
+        )
+        return [p.action for p in plan.nodes]
+
+    assert actions(0.25) == [KEEP, KEEP, KEEP]
+    assert actions(0.5) == [CHANGE, KEEP, KEEP]
+
+
 def test_a_pinned_request_no_whole_gpu_can_host_empties_no_node(catalog: Catalog) -> None:
     # T4s (no MIG): h1 (one GPU, full) is the only node the pending requests' label pin allows, and h2 has room
     # for h1's pod. Requests for 0.9 of a GPU pinned there (no MPS share holds them) are worth emptying h1 for;

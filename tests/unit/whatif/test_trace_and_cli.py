@@ -109,6 +109,10 @@ def test_bad_arguments_give_one_error_line(
     assert main(["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--policies", "magic"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown policies")
     assert main(["backtest", "--pods", "/nonexistent.csv", "--nodes", str(small[1])]) == 2
+    capsys.readouterr()
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1])]
+    assert main([*args, "--release-below", "1.5"]) == 2
+    assert capsys.readouterr().err.startswith("error: --release-below must be in [0, 1]")
 
 
 def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
@@ -122,6 +126,7 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     out = json.loads(capsys.readouterr().out)
     assert list(out["policies"]) == ["static", "packing/off", "packing/nodes", "thresholds"]
     assert out["model"]["planner"]["consolidation"] == "whole-gpus"  # thresholds keeps production's
+    assert out["model"]["planner"]["release_below"] == 0.25
     [choice] = out["consolidation_choice"]
     assert choice.startswith("packing: least wait with planner_consolidation=")
     assert main([*args, "--policies", "static,packing", "--consolidation", "all", "--html", "/dev/null"]) == 0
