@@ -5,6 +5,7 @@
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
         [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
         [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2]
+        [--gbm-reference levels residual]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
 a fresh model trained on the first ``--first-fraction`` of the trace's time span, then, before each of the
@@ -22,6 +23,12 @@ and prints their ratios next to the shipped LSTM's. ``--expert-recalibrate shift
 rule with its mix recalibrated on the same known windows (rows ``..._shift``, ``..._scale``; ``none``: as mixed),
 each ``--expert-recalibrate-min-hours`` H > 0 a copy that corrects only once those windows span H hours
 (``..._minHh``).
+
+``--gbm-reference`` adds reference rows, not shipped: gradient-boosted quantile regression on hand-made window
+features (``benchmarks/quantile_gbm.py``), fitted afresh before every fold on every window before the fold's
+calibration hour, on the target itself (``levels``, row ``gbm_reference``) and/or on the target less the last
+hour's mean (``residual``, row ``gbm_residual``): how much a different learner gets out of the same windows.
+It does not depend on the seed.
 
 - **Alibaba GenAI 2026** (``alibaba_gentd26_gpu_util_dev.csv``): 76 inference pods, 57 s samples over 22.8 h,
   percent -> 0-1 on a 60 s grid; the shipped spec, trained for up to ``--epochs`` epochs within the budget.
@@ -281,6 +288,14 @@ def main() -> None:
         help="hours the known windows must span before a mix is recalibrated (default 0)",
     )
     parser.add_argument(
+        "--gbm-reference",
+        nargs="+",
+        choices=["levels", "residual"],
+        default=[],
+        help="add gradient-boosted quantile regression as reference rows (benchmarks/quantile_gbm.py): on "
+        "the target itself and/or on the target less the last hour's mean (default: none)",
+    )
+    parser.add_argument(
         "--only", choices=["genai", "philly"], default=None, help="one trace only (default: both)"
     )
     parser.add_argument(
@@ -303,6 +318,10 @@ def main() -> None:
         for min_hours in (args.expert_recalibrate_min_hours if recalibrate != "none" else [0.0])
     ]
 
+    from quantile_gbm import gbm_reference, gbm_residual_reference
+
+    known = {"levels": ("gbm_reference", gbm_reference), "residual": ("gbm_residual", gbm_residual_reference)}
+    references = dict(known[form] for form in args.gbm_reference)
     shipped = load_specs()[0]
     # One fresh model per run has no earlier updates to build on, so it gets more epochs than one hourly update.
     spec = dataclasses.replace(
@@ -349,13 +368,14 @@ def main() -> None:
                         time_budget_s=args.time_budget_s,
                         folds=args.folds,
                         expert_rules=rules,
+                        references=references,
                     )
                 except ValueError as exc:
                     print(f"\n{trace}, horizon {horizon} min: not scored: {exc}")
                     break
                 print(f"\n[seed {seed}]", end=" ")
                 print_run(trace, result, time.perf_counter() - run_began)
-                mine += fold_rows(trace, seed, result, [rule.name for rule in rules])
+                mine += fold_rows(trace, seed, result, [*(rule.name for rule in rules), *references])
             rows += mine
             if mine:
                 summaries.append(summary_line(mine))
@@ -377,9 +397,10 @@ def main() -> None:
         f"{'raw worst':>10} {'mae md':>8} {'mae wst':>8} {'mae raw':>8} {'under':>7} {'under raw':>9}"
     )
     print("\n".join(summaries))
-    if rules:
+    if rules or references:
         print(
-            "\nExpert weighting, over folds and seeds (ratios to the best baseline; w lstm: its P90 weight)"
+            "\nVariants and references, over folds and seeds (ratios to the best baseline; w lstm: the LSTM's "
+            "P90 weight in an expert mix)"
         )
         print(
             f"{'trace':<7} {'h':>3} {'model':<30} {'p90 median':>10} {'p90 worst':>10} {'mae md':>8} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -99,6 +100,44 @@ def test_run_backtest_refuses_a_panel_too_short_for_any_window_before_loading_te
         run_backtest(panel, load_specs()[0], 0.7, 15)
     with pytest.raises(ValueError, match="train_fraction"):
         run_backtest(panel, load_specs()[0], 1.0, 15)
+
+
+def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_before_its_calibration_hour(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from slicewise.forecasting.evaluation import held_out_windows
+    from slicewise.forecasting.spec import parse_spec
+    from slicewise.forecasting.training import calibration_start
+    from slicewise.forecasting.windows import Windows
+
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    spec_path = tiny_spec_file(tmp_path / "spec.yaml")
+    spec = parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path))
+    fitted_on: list[np.ndarray] = []
+
+    def zero(train: Windows, _spec: Any) -> Any:
+        fitted_on.append(train.step.copy())
+        return lambda inputs: np.zeros((len(inputs), len(_spec.horizons_minutes), len(_spec.quantiles)))
+
+    result = run_backtest(panel, spec, 0.5, 15, folds=3, references={"zero": zero})
+
+    assert len(fitted_on) == 3  # afresh before every fold
+    for fold, steps in zip(result["folds"], fitted_on, strict=True):
+        narrowed = dataclasses.replace(spec, horizons_minutes=(15,))
+        train_end = calibration_start(narrowed, fold["cut"], panel.step_s)
+        horizon_steps = 15
+        # Expanding window, and no target the fold's calibration hour or the fold itself could know.
+        assert len(steps) and (steps + horizon_steps < train_end).all()
+        scored = held_out_windows(panel, narrowed, fold["cut"])
+        actual = scored.targets[scored.step < fold["end"], 0]
+        zero_scores = fold["models"]["zero"]
+        assert zero_scores["n"] == fold["models"]["lstm"]["n"] == len(actual)
+        assert zero_scores["mae"] == pytest.approx(float(np.mean(np.abs(actual))))  # a forecast of 0
+        assert zero_scores["under_provision_rate_p90"] == pytest.approx(float(np.mean(actual > 0)))
+    assert len(fitted_on[0]) < len(fitted_on[1]) < len(fitted_on[2])
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +32,11 @@ MAX_PANEL_CELLS = 30_000_000
 #: The model's entries in the result, next to the baselines' names: calibrated, and as trained.
 LSTM = "lstm"
 LSTM_UNCALIBRATED = "lstm_uncalibrated"
+
+#: A reference model for comparison (not the forecaster): given the windows before a fold's calibration hour
+#: and the spec, fitted from scratch, it returns a predictor of (windows, horizons, quantiles) from windows'
+#: inputs, as the LSTM's.
+Reference = Callable[[Windows, "ForecasterSpec"], Callable[[np.ndarray], np.ndarray]]
 
 
 def panel_from_long(
@@ -140,6 +145,7 @@ def run_backtest(
     time_budget_s: float | None = None,
     folds: int = 1,
     expert_rules: Sequence[ExpertRule] = (),
+    references: Mapping[str, Reference] | None = None,
 ) -> dict[str, Any]:
     """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest —
     or, with ``folds`` > 1, roll the origin forward: the rest is cut into ``folds`` equal spans, and before
@@ -169,6 +175,10 @@ def run_backtest(
     for a rule that recalibrates the mix, its correction per quantile (an offset for ``shift``, a log-factor
     for ``scale``), fitted on the same known windows (none while they span less than the rule's ``min_hours``,
     from the first window's last step to the newest's).
+
+    Each of ``references`` adds a model under its name, fitted afresh before each fold on every training window
+    before the fold's calibration hour (expanding window, ``spec.training.window_stride``) and scored as the
+    LSTM is: a yardstick for what the inputs allow, not a forecaster Slicewise ships.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
     use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
@@ -225,6 +235,7 @@ def run_backtest(
             time_budget_s,
             expert_rules,
             live,
+            references,
         )
         results.append(fold)
         trained_to = max(trained_to, train_end)
@@ -257,6 +268,7 @@ def _fold(
     time_budget_s: float | None,
     expert_rules: Sequence[ExpertRule] = (),
     live: _Live | None = None,
+    references: Mapping[str, Reference] | None = None,
 ) -> tuple[dict[str, Any], _Live]:
     """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
     it on the hour after, score it on the windows ending in ``[cut, end)``; with ``expert_rules``, also the
@@ -290,13 +302,14 @@ def _fold(
 
     windows = held_out_windows(panel, spec, cut)
     windows = _subset(windows, np.flatnonzero(windows.step < end))
-    evaluation = evaluate(
-        panel,
-        spec,
-        {LSTM_UNCALIBRATED: with_factors(identity), LSTM: with_factors(factors, keep=bool(expert_rules))},
-        eval_from_step=cut,
-        windows=windows,
-    )
+    predictors = {
+        LSTM_UNCALIBRATED: with_factors(identity),
+        LSTM: with_factors(factors, keep=bool(expert_rules)),
+    }
+    if references:
+        seen = make_windows(panel.head(train_end), spec, stride=stride)
+        predictors |= {name: fit(seen, spec) for name, fit in references.items()}
+    evaluation = evaluate(panel, spec, predictors, eval_from_step=cut, windows=windows)
     horizon = spec.horizons_minutes[0]
     models = {name: _json_metrics(by_h[horizon]) for name, by_h in evaluation.scores.items()}
     live = _Live.empty(len(spec.quantiles), len(_experts())) if live is None else live
