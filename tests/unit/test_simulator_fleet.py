@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -229,3 +231,45 @@ def test_the_demos_pending_tolerance_covers_the_simulators_pending_redraws() -> 
     rise = np.diff(requested)
     assert requested.max() > 0 and rise.max() > 2  # the noise the shipped tolerance of 2 does not cover
     assert rise.max() <= float(DEMO_SETTINGS["SLICEWISE_ANALYSIS_PENDING_TOLERANCE"])
+
+
+def test_the_demos_first_plan_changes_a_node_at_every_hour_of_a_working_day(tmp_path: Path) -> None:
+    # The demo's cycle (tests/integration/test_demo_cycle.py) asserts a rollout, and CI runs it at whatever hour
+    # it runs. Here the demo's planner settings plan the demo fleet at each hour of a simulated Wednesday, as
+    # its first cycle does: the simulated cluster at that moment, and the baseline forecasts (no champion yet)
+    # from the hours of samples the forecasting front door reads.
+    from datetime import UTC, datetime
+
+    from slicewise.demo import DEMO_SETTINGS
+    from slicewise.forecasting import forecasts as fc
+    from slicewise.forecasting.spec import load_specs
+    from slicewise.planning.planner import plan_fleet
+    from slicewise.planning.types import CHANGE, NodeObservation
+    from slicewise.settings import load_settings
+    from slicewise.simulator.cluster import SimulatedCluster
+    from slicewise.simulator.frames import demand
+
+    settings = load_settings(environ=DEMO_SETTINGS)
+    config = PlannerConfig.from_settings(settings)
+    spec = next(s for s in load_specs() if s.name == settings.planner_model)
+    catalog = load_catalog()
+    fleet = Fleet.default()
+    trust = fc.Trust(fc.FALLBACK_BASELINE, False, "no champion yet")
+    horizon = settings.planner_horizon_minutes
+    wednesday = 1_764_720_000  # 2025-12-03 00:00 UTC
+    unchanged = {}
+    for hour in range(24):
+        now = wednesday + hour * 3600
+        samples = np.arange(now - 3 * 3600, now, spec.step_s)
+        forecasts = fc.assemble(
+            fc.series_forecasts(gpu_samples(fleet, samples), spec, trust, horizon, None),
+            fc.pending_demand(demand(fleet, samples), spec.step_s, catalog),
+            trust,
+            horizon,
+        )
+        cluster = SimulatedCluster.open(tmp_path / f"{hour}.json", fleet=fleet, clock=partial(float, now))
+        observed = [NodeObservation(n, tuple(cluster.list_gpu_pods(n.name))) for n in cluster.list_nodes()]
+        plan = plan_fleet(observed, forecasts, catalog, config, datetime.fromtimestamp(now, UTC))
+        if not any(p.action == CHANGE for p in plan.nodes):
+            unchanged[hour] = [f"{p.node}: {p.action}, {p.reasons[-1]}" for p in plan.nodes]
+    assert not unchanged, unchanged
