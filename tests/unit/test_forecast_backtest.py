@@ -128,7 +128,7 @@ def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_before_its_
     for fold, steps in zip(result["folds"], fitted_on, strict=True):
         narrowed = dataclasses.replace(spec, horizons_minutes=(15,))
         train_end = calibration_start(narrowed, fold["cut"], panel.step_s)
-        horizon_steps = 15
+        (horizon_steps,) = narrowed.horizon_steps()
         # Expanding window, and no target the fold's calibration hour or the fold itself could know.
         assert len(steps) and (steps + horizon_steps < train_end).all()
         scored = held_out_windows(panel, narrowed, fold["cut"])
