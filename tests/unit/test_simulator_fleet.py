@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -257,17 +256,13 @@ def test_the_demos_first_plan_changes_a_node_at_every_hour_of_a_working_day(tmp_
     fleet = Fleet.default()
     trust = fc.Trust(fc.FALLBACK_BASELINE, False, "no champion yet")
     horizon = settings.planner_horizon_minutes
-    read_hours = math.ceil(spec.window_steps * spec.step_s / 3600) + 1  # as forecasts.fleet_forecasts reads
     wednesday = 1_764_720_000  # 2025-12-03 00:00 UTC
     unchanged = {}
     for hour in range(24):
         now = wednesday + hour * 3600
-        samples = np.arange(now - read_hours * 3600, now, spec.step_s)
-        forecasts = fc.assemble(
-            fc.series_forecasts(gpu_samples(fleet, samples), spec, trust, horizon, None),
-            fc.pending_demand(demand(fleet, samples), spec.step_s, catalog),
-            trust,
-            horizon,
+        samples = np.arange(now - fc.history_hours(spec) * 3600, now, spec.step_s)
+        forecasts = fc.forecasts_from(
+            gpu_samples(fleet, samples), demand(fleet, samples), spec, trust, horizon
         )
         cluster = SimulatedCluster.open(tmp_path / f"{hour}.json", fleet=fleet, clock=partial(float, now))
         observed = [NodeObservation(n, tuple(cluster.list_gpu_pods(n.name))) for n in cluster.list_nodes()]

@@ -285,6 +285,25 @@ def _seconds(column: pd.Series) -> np.ndarray:
     return np.asarray(pd.to_datetime(column, utc=True).dt.as_unit("s").astype("int64").to_numpy())
 
 
+def history_hours(spec: ForecasterSpec) -> int:
+    """Hours of validated metrics the forecasts read: the model's window in whole hours, and one more."""
+    return math.ceil(spec.window_steps * spec.step_s / 3600) + 1
+
+
+def forecasts_from(
+    gpu: pd.DataFrame,
+    demand: pd.DataFrame,
+    spec: ForecasterSpec,
+    trust: Trust,
+    horizon_minutes: int,
+    model: Any | None = None,
+) -> Forecasts:
+    """The forecasts at the end of recent GPU samples and pod demand, by the predictor ``trust`` names
+    (``model`` when that is the champion)."""
+    series = series_forecasts(gpu, spec, trust, horizon_minutes, model)
+    return assemble(series, pending_demand(demand, spec.step_s, load_catalog()), trust, horizon_minutes)
+
+
 def fleet_forecasts(
     settings: Settings, root: ObjectStoragePath, trust: Trust, tracking_uri: str
 ) -> Forecasts:
@@ -301,8 +320,7 @@ def fleet_forecasts(
     end = store.latest_published_end(root)
     if end is None:
         raise NoMetrics("no validated metrics partition yet: run gpu_metrics_ingest first")
-    hours = math.ceil(spec.window_steps * spec.step_s / 3600) + 1
-    gpu, demand = load_recent(root, end, hours)
+    gpu, demand = load_recent(root, end, history_hours(spec))
     model = None
     if trust.predictor == "champion":
         from slicewise.forecasting.model import reads_current_features
@@ -322,15 +340,13 @@ def fleet_forecasts(
                 champion.model,
                 Trust("champion", trust.trusted, trust.why, champion.version),
             )
-    series = series_forecasts(gpu, spec, trust, settings.planner_horizon_minutes, model)
-    demand_forecasts = pending_demand(demand, spec.step_s, load_catalog())
-    forecasts = assemble(series, demand_forecasts, trust, settings.planner_horizon_minutes)
+    forecasts = forecasts_from(gpu, demand, spec, trust, settings.planner_horizon_minutes, model)
     log.info(
         "forecasts by %s (%s) at %s: %d series, pending demand %s",
         forecasts.predictor,
         "trusted" if forecasts.trusted else f"not trusted: {forecasts.why_untrusted}",
         end.isoformat(),
-        len(series),
-        {d.resource: round(d.upper, 2) for d in demand_forecasts} or "none",
+        len(forecasts.series),
+        {d.resource: round(d.upper, 2) for d in forecasts.demand} or "none",
     )
     return forecasts
