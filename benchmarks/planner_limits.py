@@ -27,7 +27,8 @@ from typing import Any
 
 from backtest import SAMPLES, TRACES
 
-from slicewise.whatif.engine import BacktestConfig
+from slicewise.catalog import load_catalog
+from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import MIG_OFF, POLICIES
 from slicewise.whatif.report import format_table
@@ -70,9 +71,6 @@ def started_shared(
     window: tuple[float, float],
     plugin: str,
 ) -> PolicyResult:
-    from slicewise.catalog import load_catalog
-    from slicewise.whatif.engine import Replay
-
     initial = [(MIG_OFF, plugin)] * len(sample)
     return Replay(
         POLICIES["packing"], trace.pods, list(sample), load_catalog(), config, window, initial

@@ -30,29 +30,29 @@ def window_features(inputs: np.ndarray) -> np.ndarray:
     load = inputs[:, :, LOAD].astype(np.float64)
     seen = inputs[:, :, OBSERVED].astype(np.float64)
 
-    def recent_mean(steps: int) -> np.ndarray:
-        tail = slice(-min(steps, load.shape[1]), None)
-        return (load[:, tail] * seen[:, tail]).sum(axis=1) / np.maximum(seen[:, tail].sum(axis=1), 1.0)
+    def observed_mean(values: np.ndarray, steps: slice) -> np.ndarray:
+        return (values[:, steps] * seen[:, steps]).sum(axis=1) / np.maximum(seen[:, steps].sum(axis=1), 1.0)
+
+    def last(steps: int) -> slice:
+        return slice(-min(steps, load.shape[1]), None)
 
     ewma = np.zeros(len(load))
     for step in range(load.shape[1]):  # alpha 0.1 over observed steps
         ewma = np.where(seen[:, step] > 0, 0.9 * ewma + 0.1 * load[:, step], ewma)
     half = min(15, load.shape[1] // 2)
-    earlier = (load[:, -2 * half : -half] * seen[:, -2 * half : -half]).sum(axis=1) / np.maximum(
-        seen[:, -2 * half : -half].sum(axis=1), 1.0
-    )
+    hour_mean = observed_mean(load, last(60))
     columns = [
         load[:, -1],
         seen[:, -1],
-        recent_mean(5),
-        recent_mean(15),
-        recent_mean(30),
+        observed_mean(load, last(5)),
+        observed_mean(load, last(15)),
+        observed_mean(load, last(30)),
         inputs[:, -1, MEAN_HOUR],
         inputs[:, -1, P90_HOUR],
         load.max(axis=1),
         load[:, -15:].max(axis=1),
-        np.sqrt(_recent_var(load, seen, 60)),
-        recent_mean(half) - earlier,
+        np.sqrt(observed_mean((load - hour_mean[:, None]) ** 2, last(60))),
+        observed_mean(load, last(half)) - observed_mean(load, slice(-2 * half, -half)),
         ewma,
         seen.mean(axis=1),
         inputs[:, -1, FLEET],
@@ -60,13 +60,6 @@ def window_features(inputs: np.ndarray) -> np.ndarray:
         *(inputs[:, -1, k] for k in range(SERIES_FEATURES + 1, inputs.shape[2])),  # the clock
     ]
     return np.stack(columns, axis=1)
-
-
-def _recent_var(load: np.ndarray, seen: np.ndarray, steps: int) -> np.ndarray:
-    tail = slice(-min(steps, load.shape[1]), None)
-    count = np.maximum(seen[:, tail].sum(axis=1), 1.0)
-    mean = (load[:, tail] * seen[:, tail]).sum(axis=1) / count
-    return ((load[:, tail] - mean[:, None]) ** 2 * seen[:, tail]).sum(axis=1) / count
 
 
 def gbm_reference(train: Windows, spec: Any, residual: bool = False) -> Callable[[np.ndarray], np.ndarray]:
