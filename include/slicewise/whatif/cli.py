@@ -96,6 +96,13 @@ def register(subparsers: Any) -> None:
         "--node-share", type=float, default=1.0, help="replay on this share of the nodes (default 1: all)"
     )
     parser.add_argument(
+        "--node-offset",
+        type=int,
+        default=0,
+        help="another sample of the same --node-share: the picks shifted this many nodes (0 .. 1/share - 1; "
+        "default 0)",
+    )
+    parser.add_argument(
         "--reconfigure-s", type=float, default=300.0, help="seconds a node is gone for a change (default 300)"
     )
     parser.add_argument(
@@ -186,7 +193,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--saturate and --size-for-wait are two modes: give one")
     if args.size_for_wait is not None and args.size_for_wait < 0:
         raise ValueError("--size-for-wait must be >= 0 seconds")
-    fleet = spread_sample(nodes, args.node_share)
+    fleet = spread_sample(nodes, args.node_share, args.node_offset)
     # Sizing samples the fleet further: a pod is left out only when no node of the whole fleet fits it.
     trace = hostable_on(trace, fleet)
     base = BacktestConfig()
@@ -219,8 +226,14 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         "fleet": fleet,
         "config": config,
         "window": (start, end),
-        "notes": tuple(models.notes()),
+        "notes": (*_sample_note(args), *models.notes()),
     }
+
+
+def _sample_note(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.node_share >= 1:
+        return ()
+    return (f"nodes: a {args.node_share:g} share, offset {args.node_offset}",)
 
 
 def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> int:

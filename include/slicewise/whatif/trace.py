@@ -199,12 +199,26 @@ def evenly_picked(index: int, share: float) -> bool:
     return int((index + 1) * share) > int(index * share)
 
 
-def spread_sample(nodes: list[TraceNode], share: float) -> list[TraceNode]:
-    """Every ``1 / share``-th node, evenly over the list (so the mix of node sizes is kept); at least one."""
+def spread_sample(nodes: list[TraceNode], share: float, offset: int = 0) -> list[TraceNode]:
+    """Every ``1 / share``-th node, evenly over the list (so the mix of node sizes is kept); at least one.
+
+    ``offset`` shifts the picks ``offset`` nodes earlier: another sample of the same share, most often of other
+    nodes (one per offset below ``sample_offsets(share)``). Which nodes a share holds moves its capacity and
+    mix, and a replay's waits with them: one sample is weak evidence (docs/backtest.md)."""
     if not 0 < share <= 1:
         raise TraceError(f"node share must be in (0, 1], got {share}")
-    picked = [n for i, n in enumerate(nodes) if evenly_picked(i, share)]
+    if not 0 <= offset < sample_offsets(share):
+        raise TraceError(
+            f"node offset must be in [0, {sample_offsets(share) - 1}] for a node share of {share:g}, got {offset}"
+        )
+    picked = [n for i, n in enumerate(nodes) if evenly_picked(i + offset, share)]
     return picked or nodes[:1]
+
+
+def sample_offsets(share: float) -> int:
+    """How many distinct samples of a node share there are (offsets 0 .. this - 1): its stride, ``1 / share``
+    rounded up."""
+    return math.ceil(1 / share - 1e-9)
 
 
 def spread_count(nodes: list[TraceNode], count: int) -> list[TraceNode]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slicewise.cli import main
-from slicewise.whatif.trace import TraceError, load_nodes, load_pods, spread_sample
+from slicewise.whatif.trace import TraceError, load_nodes, load_pods, sample_offsets, spread_sample
 
 PODS = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
 p0,1000,1024,1,1000,,LS,Running,0,7200,0
@@ -74,6 +74,23 @@ def test_a_node_share_keeps_the_mix_of_nodes() -> None:
     assert spread_sample(nodes, 1.0) == nodes
 
 
+def test_the_offsets_of_a_node_share_are_its_other_samples() -> None:
+    from slicewise.whatif.trace import TraceNode
+
+    nodes = [TraceNode(f"n{i}", 2 if i % 2 else 8, "") for i in range(10)]
+    assert sample_offsets(0.2) == 5 and sample_offsets(0.004) == 250 and sample_offsets(1.0) == 1
+    samples = [[n.name for n in spread_sample(nodes, 0.2, offset)] for offset in range(5)]
+    assert samples[0] == ["n4", "n9"] and samples[1] == ["n3", "n8"]
+    # Every node in exactly one sample, each sample the same size; the sizes of their nodes differ.
+    assert sorted(name for sample in samples for name in sample) == sorted(n.name for n in nodes)
+    assert {len(sample) for sample in samples} == {2}
+    assert {n.gpus for n in spread_sample(nodes, 0.2, 0)} == {2, 8}
+    assert {n.gpus for n in spread_sample(nodes, 0.5, 1)} == {8}
+    for share, offset in ((0.2, 5), (0.2, -1), (1.0, 1)):
+        with pytest.raises(TraceError, match="node offset must be in"):
+            spread_sample(nodes, share, offset)
+
+
 def test_the_command_prints_one_json_object_per_policy(
     small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +130,23 @@ def test_bad_arguments_give_one_error_line(
     args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1])]
     assert main([*args, "--release-below", "1.5"]) == 2
     assert capsys.readouterr().err.startswith("error: --release-below must be in [0, 1]")
+    assert main([*args, "--node-share", "0.5", "--node-offset", "2"]) == 2
+    assert capsys.readouterr().err.startswith("error: node offset must be in [0, 1] for a node share of 0.5")
+
+
+def test_a_node_offset_replays_another_sample_and_says_which(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--policies", "static"]
+    args += ["--workers", "1", "--json", "--node-share", "0.5"]
+    traces = []
+    for offset in ("0", "1"):
+        assert main([*args, "--node-offset", offset]) == 0
+        traces.append(json.loads(capsys.readouterr().out)["trace"])
+    # The 8-GPU V100 node, then the 2-GPU T4 node, which cannot host the 8-GPU pod (left out).
+    assert [t["gpus"] for t in traces] == [8, 2]
+    assert [t["pods"] for t in traces] == [3, 2]
+    assert "nodes: a 0.5 share, offset 1" in traces[1]["notes"]
 
 
 def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(

@@ -1,0 +1,242 @@
+"""Benchmark: the backtest's headline figures over several samples of each variant's fleet, not one.
+
+    .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, about 15 min
+    .venv/bin/python benchmarks/backtest_samples.py --only default --samples 10 --within 2
+    .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
+
+``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say).
+A share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
+moves its capacity and mix of GPU models, and so the waits: these samples sit where the fleet is short of GPUs,
+where a few GPUs more or less, or one long 8-GPU pod started early or late, move the mean wait by tens of points.
+This replays ``static``, ``packing`` and ``ideal`` on ``--samples`` offsets of the same share (offset 0, the
+documented one, and others spread over those whose GPUs are within ``--within`` of its count), on the four fleets
+of ``benchmarks/backtest.py``, and prints one row per sample and fleet, then per variant and fleet, over the
+samples where ``static`` waits at least 10 minutes (issue 14's yardstick): ``packing``'s cut of the mean wait
+(median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of at least
+80 % and at least 80 % of ``ideal``'s), how many wait longer than ``static``, and the node-GPU-hour cut's share of
+``ideal``'s. ``--planner FIELD=VALUE`` (repeatable) replays ``packing`` with a ``PlannerConfig`` field changed,
+so a change of the planner's settings is judged on every sample, not on the one it was tuned on. Figures and their
+reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
+../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+
+from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
+
+from slicewise.planning.config import PlannerConfig
+from slicewise.whatif.engine import BacktestConfig
+from slicewise.whatif.policies import POLICIES
+from slicewise.whatif.report import format_table
+from slicewise.whatif.run import replay
+from slicewise.whatif.trace import (
+    PodTrace,
+    TraceNode,
+    hostable_on,
+    load_nodes,
+    load_pods,
+    sample_offsets,
+    spread_sample,
+)
+
+GOAL_CUT = 0.80  # issue 14: cut the mean wait by >= 80 % vs static, and by >= 80 % of ideal's cut
+IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU model: one run per sample
+
+
+@dataclass(frozen=True)
+class Figures:
+    wait_mean_s: float
+    node_gpu_hours: float
+
+
+@cache
+def _nodes() -> list[TraceNode]:
+    return load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv")
+
+
+@cache
+def _sample(variant: str, offset: int) -> tuple[list[TraceNode], PodTrace]:
+    fleet = spread_sample(_nodes(), SAMPLES[variant], offset)
+    return fleet, hostable_on(load_pods(TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"), fleet)
+
+
+def offsets_near(variant: str, count: int, within: int) -> list[int]:
+    """Offset 0 and ``count - 1`` more, evenly spread over the offsets whose sample has within ``within`` GPUs of
+    offset 0's."""
+    share = SAMPLES[variant]
+    gpus = [
+        sum(n.gpus for n in spread_sample(_nodes(), share, offset)) for offset in range(sample_offsets(share))
+    ]
+    near = [o for o, g in enumerate(gpus) if o and abs(g - gpus[0]) <= within]
+    step = max(1, len(near) / max(1, count - 1))
+    return [0, *sorted({near[int(k * step)] for k in range(min(count - 1, len(near)))})]
+
+
+def planner_overrides(pairs: Sequence[str]) -> dict[str, object]:
+    """``FIELD=VALUE`` pairs as ``PlannerConfig`` fields, each value of its field's type; ValueError otherwise."""
+    defaults = PlannerConfig()
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in {f.name for f in dataclasses.fields(PlannerConfig)}:
+            raise ValueError(f"--planner wants FIELD=VALUE with a PlannerConfig field, got {pair!r}")
+        kind = type(getattr(defaults, name))
+        out[name] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+    dataclasses.replace(defaults, **out)  # type: ignore[arg-type]  # checks the values
+    return out
+
+
+def run_one(
+    variant: str, offset: int, fleet: str, policy: str, planner: dict[str, object] | None = None
+) -> Figures:
+    nodes, trace = _sample(variant, offset)
+    config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
+    if planner:
+        config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
+    window = (min(p.arrival_s for p in trace.pods), trace.end_s)
+    result = replay(POLICIES[policy], trace, nodes, config, window)
+    return Figures(result.wait_mean_s, result.node_gpu_hours)
+
+
+def _cut(before: float, after: float) -> float:
+    return (before - after) / before if before > 0 else 0.0
+
+
+def _share(mine: float, bound: float) -> float | None:
+    return mine / bound if bound >= 0.01 else None
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _span(values: Sequence[float], signed: bool = False) -> str:
+    if not values:
+        return "-"
+    show = (lambda v: f"{-v:+.1%}") if signed else (lambda v: f"{v:.0%}")
+    return f"{show(statistics.median(values))} [{show(min(values))} .. {show(max(values))}]"
+
+
+def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> list[str]:
+    """The per-sample table and the per-fleet summary of one variant, as printed lines."""
+    rows = [
+        ["offset", "GPUs", "pods", "fleet", "static wait s", "packing wait (ideal's)", "node-GPU-h (ideal's)"]
+    ]
+    summary = [
+        [
+            "fleet",
+            "samples (static >= 10 min)",
+            "wait vs static: median [worst .. best]",
+            "share of ideal's cut: median [worst .. best]",
+            "goal reached",
+            "longer than static",
+            "node-GPU-h: share of ideal's cut",
+        ]
+    ]
+    for fleet in fleets(BacktestConfig.priced()):
+        cuts, shares, node_shares, reached, longer = [], [], [], 0, 0
+        for offset, figures in samples.items():
+            nodes, trace = _sample(variant, offset)
+            static, packing, ideal = (
+                figures[(f, p)] for f, p in ((fleet, "static"), (fleet, "packing"), (IDEAL_FLEET, "ideal"))
+            )
+            cut, ideal_cut = (
+                _cut(static.wait_mean_s, packing.wait_mean_s),
+                _cut(static.wait_mean_s, ideal.wait_mean_s),
+            )
+            node_cut = _cut(static.node_gpu_hours, packing.node_gpu_hours)
+            node_share = _share(node_cut, _cut(static.node_gpu_hours, ideal.node_gpu_hours))
+            share = _share(cut, ideal_cut)
+            rows.append(
+                [
+                    str(offset),
+                    str(sum(n.gpus for n in nodes)),
+                    f"{len(trace.pods):,}",
+                    fleet,
+                    f"{static.wait_mean_s:,.0f}",
+                    f"{-cut:+.1%} ({_pct(share)})",
+                    f"{-node_cut:+.1%} ({_pct(node_share)})",
+                ]
+            )
+            if static.wait_mean_s < LONG_WAIT_S:
+                continue
+            cuts.append(cut)
+            shares.append(share or 0.0)
+            if node_share is not None:
+                node_shares.append(node_share)
+            reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
+            longer += packing.wait_mean_s > static.wait_mean_s
+        summary.append(
+            [
+                fleet,
+                str(len(cuts)),
+                _span(cuts, signed=True),
+                _span(shares),
+                f"{reached} / {len(cuts)}",
+                f"{longer} / {len(cuts)}",
+                _span(node_shares),
+            ]
+        )
+    return [format_table(rows), "", format_table(summary)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(SAMPLES), help="variants (default: all four)")
+    parser.add_argument("--samples", type=int, default=6, help="samples per variant, offset 0 among them")
+    parser.add_argument("--within", type=int, default=2, help="GPUs a sample may differ from offset 0's")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--planner", action="append", default=[], metavar="FIELD=VALUE", help="packing's PlannerConfig field"
+    )
+    args = parser.parse_args()
+    try:
+        planner = planner_overrides(args.planner)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
+        print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
+        return 0
+    began = time.perf_counter()
+    variants = args.only or list(SAMPLES)
+    jobs: dict[tuple[str, int, str, str], Future[Figures]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for variant in variants:
+            for offset in offsets_near(variant, args.samples, args.within):
+                jobs[(variant, offset, IDEAL_FLEET, "ideal")] = pool.submit(
+                    run_one, variant, offset, IDEAL_FLEET, "ideal"
+                )
+                for fleet in fleets(BacktestConfig.priced()):
+                    for policy in ("static", "packing"):
+                        jobs[(variant, offset, fleet, policy)] = pool.submit(
+                            run_one, variant, offset, fleet, policy, planner if policy == "packing" else None
+                        )
+        results = {key: future.result() for key, future in jobs.items()}
+    for variant in variants:
+        samples: dict[int, dict[tuple[str, str], Figures]] = {}
+        for (v, offset, fleet, policy), figures in results.items():
+            if v == variant:
+                samples.setdefault(offset, {})[(fleet, policy)] = figures
+        changed = ", ".join(f"{k}={v}" for k, v in planner.items()) or "as shipped"
+        print(
+            f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
+        )
+        print("\n".join(report(variant, samples)))
+    print(
+        f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB (this process)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
