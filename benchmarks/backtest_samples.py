@@ -13,10 +13,10 @@ documented one, and others spread over those whose GPUs are within ``--within`` 
 of ``benchmarks/backtest.py``, and prints one row per sample and fleet, then per variant and fleet, over the
 samples where ``static`` waits at least 10 minutes (issue 14's yardstick): ``packing``'s cut of the mean wait
 (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of at least
-80 % and at least 80 % of ``ideal``'s), how many wait longer than ``static``, and the node-GPU-hour cut's share of
-``ideal``'s. ``--planner FIELD=VALUE`` (repeatable) replays ``packing`` with a ``PlannerConfig`` field changed,
-so a change of the planner's settings is judged on every sample, not on the one it was tuned on. Figures and their
-reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
+80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, and the
+node-GPU-hour cut's share of ``ideal``'s. ``--planner FIELD=VALUE`` (repeatable) replays ``packing`` with a
+``PlannerConfig`` field changed, so a change of the planner's settings is judged on every sample, not on the one
+it was tuned on. Figures and their reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
 ../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
 """
 
@@ -50,6 +50,7 @@ from slicewise.whatif.trace import (
 )
 
 GOAL_CUT = 0.80  # issue 14: cut the mean wait by >= 80 % vs static, and by >= 80 % of ideal's cut
+NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU model: one run per sample
 
 
@@ -139,7 +140,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             "wait vs static: median [worst .. best]",
             "share of ideal's cut: median [worst .. best]",
             "goal reached",
-            "longer than static",
+            "longer than static (> 1 %)",
             "node-GPU-h: share of ideal's cut",
         ]
     ]
@@ -175,7 +176,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             if node_share is not None:
                 node_shares.append(node_share)
             reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
-            longer += packing.wait_mean_s > static.wait_mean_s
+            longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
         summary.append(
             [
                 fleet,
