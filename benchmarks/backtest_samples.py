@@ -1,6 +1,6 @@
 """Benchmark: the backtest's headline figures over several samples of each variant's fleet, not one.
 
-    .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, about 15 min
+    .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, about 13 min
     .venv/bin/python benchmarks/backtest_samples.py --only default --samples 10 --within 2
     .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
 
