@@ -1,23 +1,26 @@
 """Benchmark: the backtest's headline figures over several samples of each variant's fleet, not one.
 
-    .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, about 13 min
+    .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, 10-14 min on 2 cores
     .venv/bin/python benchmarks/backtest_samples.py --only default --samples 10 --within 2
     .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
 
-``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say).
-A share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
+``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
+share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
 moves its capacity and mix of GPU models, and so the waits: these samples sit where the fleet is short of GPUs,
 where a few GPUs more or less, or one long 8-GPU pod started early or late, move the mean wait by tens of points.
 This replays ``static``, ``packing`` and ``ideal`` on ``--samples`` offsets of the same share (offset 0, the
 documented one, and others spread over those whose GPUs are within ``--within`` of its count), on the four fleets
-of ``benchmarks/backtest.py``, and prints one row per sample and fleet, then per variant and fleet, over the
-samples where ``static`` waits at least 10 minutes (issue 14's yardstick): ``packing``'s cut of the mean wait
-(median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of at least
-80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, and the
-node-GPU-hour cut's share of ``ideal``'s. ``--planner FIELD=VALUE`` (repeatable) replays ``packing`` with a
-``PlannerConfig`` field changed, so a change of the planner's settings is judged on every sample, not on the one
-it was tuned on. Figures and their reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
-../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
+of ``benchmarks/backtest.py``, and prints one row per sample and fleet (``packing``'s mean wait against
+``static``'s, and each policy's mean wait per size class: fractional / 1 GPU / multi-GPU), then per variant and
+fleet, over the samples where ``static`` waits at least 10 minutes (issue 14's yardstick): ``packing``'s cut of
+the mean wait (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of
+at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
+the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
+wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s. ``--planner FIELD=VALUE`` (repeatable)
+replays ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on
+every sample, not on the one it was tuned on. Figures and their reading: docs/backtest.md, "One sample is weak
+evidence". Reads the traces from ../shared/data/traces (exits 0 with a message when they are absent). Asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from slicewise.whatif.policies import POLICIES
 from slicewise.whatif.report import format_table
 from slicewise.whatif.run import replay
 from slicewise.whatif.trace import (
+    MULTI_GPU,
+    SIZE_CLASSES,
     PodTrace,
     TraceNode,
     hostable_on,
@@ -51,6 +56,7 @@ from slicewise.whatif.trace import (
 
 GOAL_CUT = 0.80  # issue 14: cut the mean wait by >= 80 % vs static, and by >= 80 % of ideal's cut
 NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
+SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
 IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU model: one run per sample
 
 
@@ -58,6 +64,7 @@ IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU 
 class Figures:
     wait_mean_s: float
     node_gpu_hours: float
+    wait_by_class: tuple[float | None, ...] = ()  # mean wait per SIZE_CLASSES (None: no pod of the class)
 
 
 @cache
@@ -106,7 +113,10 @@ def run_one(
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     result = replay(POLICIES[policy], trace, nodes, config, window)
-    return Figures(result.wait_mean_s, result.node_gpu_hours)
+    by_class = tuple(
+        result.wait_by_class[c].mean_s if c in result.wait_by_class else None for c in SIZE_CLASSES
+    )
+    return Figures(result.wait_mean_s, result.node_gpu_hours, by_class)
 
 
 def _cut(before: float, after: float) -> float:
@@ -128,10 +138,35 @@ def _span(values: Sequence[float], signed: bool = False) -> str:
     return f"{show(statistics.median(values))} [{show(min(values))} .. {show(max(values))}]"
 
 
+def _by_class(figures: Figures) -> str:
+    """Mean wait per size class, fractional / 1 GPU / multi-GPU, in seconds."""
+    return " / ".join("-" if w is None else f"{w:,.0f}" for w in figures.wait_by_class)
+
+
+def _small_longer(static: Figures, packing: Figures) -> bool:
+    """Whether fractional or 1-GPU pods wait longer under ``packing`` (by more than ``NOISE`` and a minute)."""
+    return any(
+        before is not None and after is not None and after > (1 + NOISE) * before + SMALL_SLACK_S
+        for size, before, after in zip(SIZE_CLASSES, static.wait_by_class, packing.wait_by_class, strict=True)
+        if size != MULTI_GPU
+    )
+
+
 def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> list[str]:
     """The per-sample table and the per-fleet summary of one variant, as printed lines."""
     rows = [
-        ["offset", "GPUs", "pods", "fleet", "static wait s", "packing wait (ideal's)", "node-GPU-h (ideal's)"]
+        [
+            "offset",
+            "GPUs",
+            "pods",
+            "fleet",
+            "static wait s",
+            "packing wait (ideal's)",
+            "static s: frac / 1 / multi",
+            "packing s",
+            "ideal s",
+            "node-GPU-h (ideal's)",
+        ]
     ]
     summary = [
         [
@@ -141,11 +176,12 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             "share of ideal's cut: median [worst .. best]",
             "goal reached",
             "longer than static (> 1 %)",
+            "small pods longer",
             "node-GPU-h: share of ideal's cut",
         ]
     ]
     for fleet in fleets(BacktestConfig.priced()):
-        cuts, shares, node_shares, reached, longer = [], [], [], 0, 0
+        cuts, shares, node_shares, reached, longer, small = [], [], [], 0, 0, 0
         for offset, figures in samples.items():
             nodes, trace = _sample(variant, offset)
             static, packing, ideal = (
@@ -166,6 +202,9 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                     fleet,
                     f"{static.wait_mean_s:,.0f}",
                     f"{-cut:+.1%} ({_pct(share)})",
+                    _by_class(static),
+                    _by_class(packing),
+                    _by_class(ideal),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
                 ]
             )
@@ -177,6 +216,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                 node_shares.append(node_share)
             reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
+            small += _small_longer(static, packing)
         summary.append(
             [
                 fleet,
@@ -185,6 +225,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                 _span(shares),
                 f"{reached} / {len(cuts)}",
                 f"{longer} / {len(cuts)}",
+                f"{small} / {len(cuts)}",
                 _span(node_shares),
             ]
         )
