@@ -30,7 +30,7 @@ import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -39,12 +39,13 @@ from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 
 from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig
+from slicewise.whatif.metrics import ClassWait
 from slicewise.whatif.policies import POLICIES
-from slicewise.whatif.report import format_table
+from slicewise.whatif.report import class_means, format_table
 from slicewise.whatif.run import replay
 from slicewise.whatif.trace import (
-    MULTI_GPU,
-    SIZE_CLASSES,
+    FRACTIONAL,
+    ONE_GPU,
     PodTrace,
     TraceNode,
     hostable_on,
@@ -64,7 +65,7 @@ IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU 
 class Figures:
     wait_mean_s: float
     node_gpu_hours: float
-    wait_by_class: tuple[float | None, ...] = ()  # mean wait per SIZE_CLASSES (None: no pod of the class)
+    wait_by_class: Mapping[str, ClassWait] = dataclasses.field(default_factory=dict)
 
 
 @cache
@@ -113,10 +114,7 @@ def run_one(
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     result = replay(POLICIES[policy], trace, nodes, config, window)
-    by_class = tuple(
-        result.wait_by_class[c].mean_s if c in result.wait_by_class else None for c in SIZE_CLASSES
-    )
-    return Figures(result.wait_mean_s, result.node_gpu_hours, by_class)
+    return Figures(result.wait_mean_s, result.node_gpu_hours, result.wait_by_class)
 
 
 def _cut(before: float, after: float) -> float:
@@ -138,17 +136,12 @@ def _span(values: Sequence[float], signed: bool = False) -> str:
     return f"{show(statistics.median(values))} [{show(min(values))} .. {show(max(values))}]"
 
 
-def _by_class(figures: Figures) -> str:
-    """Mean wait per size class, fractional / 1 GPU / multi-GPU, in seconds."""
-    return " / ".join("-" if w is None else f"{w:,.0f}" for w in figures.wait_by_class)
-
-
 def _small_longer(static: Figures, packing: Figures) -> bool:
     """Whether fractional or 1-GPU pods wait longer under ``packing`` (by more than ``NOISE`` and a minute)."""
     return any(
-        before is not None and after is not None and after > (1 + NOISE) * before + SMALL_SLACK_S
-        for size, before, after in zip(SIZE_CLASSES, static.wait_by_class, packing.wait_by_class, strict=True)
-        if size != MULTI_GPU
+        packing.wait_by_class[size].mean_s > (1 + NOISE) * static.wait_by_class[size].mean_s + SMALL_SLACK_S
+        for size in (FRACTIONAL, ONE_GPU)
+        if size in static.wait_by_class and size in packing.wait_by_class
     )
 
 
@@ -202,9 +195,9 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                     fleet,
                     f"{static.wait_mean_s:,.0f}",
                     f"{-cut:+.1%} ({_pct(share)})",
-                    _by_class(static),
-                    _by_class(packing),
-                    _by_class(ideal),
+                    class_means(static.wait_by_class),
+                    class_means(packing.wait_by_class),
+                    class_means(ideal.wait_by_class),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
                 ]
             )

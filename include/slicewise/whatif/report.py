@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from slicewise.costs.plots import new_figure, png_base64
 from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
-    from slicewise.whatif.metrics import PolicyResult
+    from slicewise.whatif.metrics import ClassWait, PolicyResult
     from slicewise.whatif.run import Backtest
 
 
@@ -73,10 +73,11 @@ def _cut(gains: dict[str, float | None], metric: str) -> str:
     return change + ("" if share is None else f" ({share:.0%})")
 
 
-def _class_means(result: PolicyResult) -> str:
+def class_means(by_class: Mapping[str, ClassWait]) -> str:
+    """Mean wait per size class in seconds, fractional / 1 GPU / multi-GPU ("-" for a class without pods)."""
     parts = []
     for size in SIZE_CLASSES:
-        found = result.wait_by_class.get(size)
+        found = by_class.get(size)
         parts.append("-" if found is None or not found.pods else f"{found.mean_s:,.0f}")
     return " / ".join(parts)
 
@@ -112,7 +113,7 @@ def rows(backtest: Backtest) -> list[list[str]]:
                 _cut(gains[name], "wait_cut"),
                 f"{r.wait_p95_s:,.0f}",
                 f"{r.wait_over_5min:.1%}",
-                _class_means(r),
+                class_means(r.wait_by_class),
                 f"{r.gpus_releasable:,.1f}",
                 f"{r.reconfigs_per_node_hour:.4f}",
                 f"{r.pods_evicted:,}",
