@@ -176,7 +176,10 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         ExpertRule("leader", hours=0.0, recalibrate="scale"),
         ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift", min_hours=2.0),
     ]
-    result = run_backtest(panel, spec, 0.5, 15, folds=3, expert_rules=rules)
+    # Training bounded by its epochs, not the clock: a time budget stops a slow run (a loaded machine) an epoch
+    # earlier than a fast one, and the two runs below must train the same models to compare their weights.
+    unbounded = 1e9
+    result = run_backtest(panel, spec, 0.5, 15, folds=3, expert_rules=rules, time_budget_s=unbounded)
     for fold in result["folds"]:
         for rule in rules:
             scores = fold["models"][rule.name]
@@ -205,7 +208,15 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
     last_cut = result["folds"][-1]["cut"]
     load = panel.load.copy()
     load[:, last_cut:] = 1.0
-    burst = run_backtest(dataclasses.replace(panel, load=load), spec, 0.5, 15, folds=3, expert_rules=rules)
+    burst = run_backtest(
+        dataclasses.replace(panel, load=load),
+        spec,
+        0.5,
+        15,
+        folds=3,
+        expert_rules=rules,
+        time_budget_s=unbounded,
+    )
     for fold, other in zip(result["folds"], burst["folds"], strict=True):
         assert other["expert_weights"] == fold["expert_weights"]
         assert other["expert_corrections"] == fold["expert_corrections"]
