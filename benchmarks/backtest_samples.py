@@ -8,9 +8,10 @@
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
 moves its capacity and mix of GPU models, and so the waits: these samples sit where the fleet is short of GPUs,
 where a few GPUs more or less, or one long 8-GPU pod started early or late, move the mean wait by tens of points.
-This replays ``static``, ``packing`` and ``ideal`` on ``--samples`` offsets of the same share (offset 0, the
-documented one, and others spread over those whose GPUs are within ``--within`` of its count), on the four fleets
-of ``benchmarks/backtest.py``, and prints one row per sample and fleet (``packing``'s mean wait against
+This replays ``static``, ``packing``, ``ideal`` and ``sharing`` (``ideal``'s free sharing without its repacking
+and arrival-order admission) on ``--samples`` offsets of the same share (offset 0, the documented one, and others
+spread over those whose GPUs are within ``--within`` of its count), on the four fleets of
+``benchmarks/backtest.py``, and prints one row per sample and fleet (``packing``'s mean wait against
 ``static``'s, and each policy's mean wait per size class: fractional / 1 GPU / multi-GPU), then per variant and
 fleet, over the samples where ``static`` waits at least 10 minutes (issue 14's yardstick): ``packing``'s cut of
 the mean wait (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of
@@ -58,7 +59,9 @@ from slicewise.whatif.trace import (
 GOAL_CUT = 0.80  # issue 14: cut the mean wait by >= 80 % vs static, and by >= 80 % of ideal's cut
 NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
-IDEAL_FLEET = "any"  # ideal depends on neither the scheduler model nor the GPU model: one run per sample
+IDEAL_FLEET = (
+    "any"  # ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
+)
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             "static s: frac / 1 / multi",
             "packing s",
             "ideal s",
+            "sharing s",
             "node-GPU-h (ideal's)",
         ]
     ]
@@ -177,8 +181,14 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
         cuts, shares, node_shares, reached, longer, small = [], [], [], 0, 0, 0
         for offset, figures in samples.items():
             nodes, trace = _sample(variant, offset)
-            static, packing, ideal = (
-                figures[(f, p)] for f, p in ((fleet, "static"), (fleet, "packing"), (IDEAL_FLEET, "ideal"))
+            static, packing, ideal, sharing = (
+                figures[(f, p)]
+                for f, p in (
+                    (fleet, "static"),
+                    (fleet, "packing"),
+                    (IDEAL_FLEET, "ideal"),
+                    (IDEAL_FLEET, "sharing"),
+                )
             )
             cut, ideal_cut = (
                 _cut(static.wait_mean_s, packing.wait_mean_s),
@@ -198,6 +208,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                     class_means(static.wait_by_class),
                     class_means(packing.wait_by_class),
                     class_means(ideal.wait_by_class),
+                    class_means(sharing.wait_by_class),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
                 ]
             )
@@ -248,9 +259,10 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for variant in variants:
             for offset in offsets_near(variant, args.samples, args.within):
-                jobs[(variant, offset, IDEAL_FLEET, "ideal")] = pool.submit(
-                    run_one, variant, offset, IDEAL_FLEET, "ideal"
-                )
+                for reference in ("ideal", "sharing"):
+                    jobs[(variant, offset, IDEAL_FLEET, reference)] = pool.submit(
+                        run_one, variant, offset, IDEAL_FLEET, reference
+                    )
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", "packing"):
                         jobs[(variant, offset, fleet, policy)] = pool.submit(

@@ -221,6 +221,8 @@ class _State:
 class IdealReplay:
     """The ``ideal`` bound over a trace: same pods, nodes, window and drain as :class:`~.engine.Replay`."""
 
+    name = IDEAL
+
     def __init__(
         self,
         pods: tuple[TracePod, ...],
@@ -290,9 +292,10 @@ class IdealReplay:
             self.waited[pod_id] += stop - self.waiting_since[pod_id]
         arrived = np.array([self.start <= p.arrival_s < self.end for p in self.pods], dtype=bool)
         result = self.meter.result(
-            IDEAL, self.waited[arrived], self.classes[arrived], len(self.waiting), self.state
+            self.name, self.waited[arrived], self.classes[arrived], len(self.waiting), self.state
         )
-        # Free repacking leaves no fragmentation to measure; suspensions are free, so no pod is evicted.
+        # Any share fits any GPU with room: no slots, so no fragmentation to measure; suspensions are free, so
+        # no pod is evicted.
         return dataclasses.replace(result, fragmentation=None)
 
     # -- events ----------------------------------------------------------------------------------------

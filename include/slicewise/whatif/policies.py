@@ -31,6 +31,7 @@ from slicewise.whatif.trace import TracePod, evenly_picked
 
 NOW, FORECAST, FUTURE = "now", "forecast", "future"
 IDEAL = "ideal"
+SHARING = "sharing"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -66,6 +67,7 @@ POLICIES: dict[str, Policy] = {
         Policy("packing", False, "packing", FORECAST),
         Policy("oracle", False, "packing", FUTURE),
         Policy(IDEAL, False, None),
+        Policy(SHARING, False, None),
     )
 }
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import IDEAL, Policy
+from slicewise.whatif.policies import IDEAL, SHARING, Policy
+from slicewise.whatif.sharing import SharingReplay
 from slicewise.whatif.trace import PodTrace, TraceNode
 
 BASELINE, BOUND = "static", IDEAL
@@ -73,6 +74,8 @@ def replay(
 
     if policy.name == IDEAL:
         return IdealReplay(trace.pods, fleet, load_catalog(), config, window).run()
+    if policy.name == SHARING:
+        return SharingReplay(trace.pods, fleet, load_catalog(), config, window).run()
     return Replay(policy, trace.pods, fleet, load_catalog(), config, window).run()
 
 

@@ -1,4 +1,5 @@
-"""``ideal``, the bound: hand-computed replays, and a property test against every policy on random small traces."""
+"""``ideal``, the bound: hand-computed replays, and a property test against every policy on random small traces;
+``sharing``, ideal without repacking and arrival-order admission: hand-computed replays beside ideal's answers."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import Ask
 from slicewise.whatif.ideal import IdealReplay, NodeSpec, pack
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import POLICIES
-from slicewise.whatif.trace import TraceNode, TracePod
+from slicewise.whatif.policies import POLICIES, SHARING, parse_policies
+from slicewise.whatif.run import replay
+from slicewise.whatif.sharing import SharingReplay
+from slicewise.whatif.trace import PodTrace, TraceNode, TracePod
 
 CATALOG = load_catalog()
 CONFIG = BacktestConfig(eviction_cost_s=0.0)
@@ -24,8 +27,11 @@ def pod(name: str, arrival: float, duration: float, share: float, gpus: int = 1)
     return TracePod(name, arrival, duration, gpus, share, "LS")
 
 
-def ideal(pods: list[TracePod], nodes: list[TraceNode], end: float) -> tuple[IdealReplay, PolicyResult]:
-    run = IdealReplay(tuple(pods), nodes, CATALOG, CONFIG, (0.0, end))
+def ideal(
+    pods: list[TracePod], nodes: list[TraceNode], end: float, kind: type[IdealReplay] = IdealReplay
+) -> tuple[IdealReplay, PolicyResult]:
+    """The replay of ``kind`` (``ideal``, or ``sharing`` with ``SharingReplay``) and its result."""
+    run = kind(tuple(pods), nodes, CATALOG, CONFIG, (0.0, end))
     return run, run.run()
 
 
@@ -147,6 +153,11 @@ def test_ideal_is_never_worse_than_any_policy_on_random_small_traces(
         assert _first_difference(bound.waited, other.waited) <= 0, (name, bound.waited, other.waited)
         if result.still_waiting == 0 and result.wait_mean_s == 0:
             assert best.node_gpu_hours <= result.node_gpu_hours + 1e-9, name
+    shared = SharingReplay(pods, nodes, CATALOG, config, window)  # the same packer, without moving pods
+    result = shared.run()
+    assert _first_difference(bound.waited, shared.waited) <= 0, (bound.waited, shared.waited)
+    if result.still_waiting == 0 and result.wait_mean_s == 0:
+        assert best.node_gpu_hours <= result.node_gpu_hours + 1e-9
 
 
 PINS = ((), ("T4",), ("V100M16",))
@@ -177,3 +188,46 @@ def test_ideal_is_never_worse_than_any_policy_with_pods_pinned_to_gpu_models(
         other = Replay(POLICIES[name], pods, nodes, CATALOG, CONFIG, window)
         other.run()
         assert _first_difference(bound.waited, other.waited) <= 0, (name, bound.waited, other.waited)
+
+
+def test_sharing_shares_a_gpu_as_ideal_does() -> None:
+    # As under ideal: two half-GPU pods share the GPU, the third starts when they leave at 1000 s.
+    pods = [pod("a", 0, 1000, 0.5), pod("b", 0, 1000, 0.5), pod("c", 10, 500, 0.5)]
+    run, result = ideal(pods, ONE_GPU, 5000, SharingReplay)
+    assert list(run.waited) == pytest.approx([0, 0, 990])
+    assert result.policy == SHARING
+    assert result.node_gpu_hours == pytest.approx(1500 / 3600)
+    assert result.fragmentation is None and result.pods_evicted == 0
+
+
+def test_sharing_lets_a_later_small_pod_backfill_while_a_whole_gpu_pod_ahead_waits() -> None:
+    # a (0.5) runs; b needs the whole GPU and waits; c (0.5) arrives after b and starts beside a at 2 s. When a
+    # leaves at 100 s, nothing makes room for b: it starts when c leaves at 1002 s (ideal: b at 100 s, c
+    # suspended, waits 0 / 99 / 50 s).
+    pods = [pod("a", 0, 100, 0.5), pod("b", 1, 50, 1.0), pod("c", 2, 1000, 0.5)]
+    run, result = ideal(pods, ONE_GPU, 2000, SharingReplay)
+    assert list(run.waited) == pytest.approx([0, 1001, 0])
+    assert run.suspensions == 0
+    assert result.node_gpu_hours == pytest.approx(1052 / 3600)
+    bound, _ = ideal(pods, ONE_GPU, 2000)
+    assert list(bound.waited) == pytest.approx([0, 99, 50])
+
+
+def test_sharing_leaves_a_pod_where_it_was_placed() -> None:
+    # x (a whole GPU) takes the 1-GPU node; a (a quarter) arrives at 1 s and opens the 4-GPU node, where it stays
+    # until it leaves at 1001 s. ideal repacks instead: at 1 s both onto the 4-GPU node (4 node-GPUs, not 5), and
+    # when x leaves at 100 s, a onto the 1-GPU node.
+    nodes = [TraceNode("small", 1, "T4"), TraceNode("large", 4, "T4")]
+    pods = [pod("x", 0, 100, 1.0), pod("a", 1, 1000, 0.25)]
+    _, result = ideal(pods, nodes, 2000, SharingReplay)
+    assert result.node_gpu_hours == pytest.approx((100 + 4 * 1000) / 3600)
+    _, bound = ideal(pods, nodes, 2000)
+    assert bound.node_gpu_hours == pytest.approx((1 + 4 * 99 + 901) / 3600)
+
+
+def test_the_backtest_knows_sharing_by_name() -> None:
+    pods = (pod("a", 0, 100, 0.5), pod("b", 0, 100, 0.5))
+    (policy,) = parse_policies("sharing")
+    result = replay(policy, PodTrace(pods, ()), ONE_GPU, CONFIG, (0.0, 1000.0))
+    assert (result.policy, result.wait_mean_s) == (SHARING, 0.0)
+    assert result.node_gpu_hours == pytest.approx(100 / 3600)
