@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/backtest_samples.py                 # 4 variants x 6 samples, 10-14 min on 2 cores
     .venv/bin/python benchmarks/backtest_samples.py --only default --samples 10 --within 2
     .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
+    .venv/bin/python benchmarks/backtest_samples.py --no-prefer-shared   # fractional pods ignore MPS nodes
 
 ``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
@@ -19,9 +20,10 @@ at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % lon
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
 wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s. ``--planner FIELD=VALUE`` (repeatable)
 replays ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on
-every sample, not on the one it was tuned on. Figures and their reading: docs/backtest.md, "One sample is weak
-evidence". Reads the traces from ../shared/data/traces (exits 0 with a message when they are absent). Asserts
-nothing.
+every sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods'
+preference for MPS nodes (what the shared reserve is worth when pods do not ask for it). Figures and their
+reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0
+with a message when they are absent). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -109,10 +111,16 @@ def planner_overrides(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def run_one(
-    variant: str, offset: int, fleet: str, policy: str, planner: dict[str, object] | None = None
+    variant: str,
+    offset: int,
+    fleet: str,
+    policy: str,
+    planner: dict[str, object] | None = None,
+    prefer_shared: bool = True,
 ) -> Figures:
     nodes, trace = _sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
+    config = dataclasses.replace(config, prefer_shared=prefer_shared)
     if planner:
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
@@ -245,6 +253,12 @@ def main() -> int:
     parser.add_argument(
         "--planner", action="append", default=[], metavar="FIELD=VALUE", help="packing's PlannerConfig field"
     )
+    parser.add_argument(
+        "--no-prefer-shared",
+        dest="prefer_shared",
+        action="store_false",
+        help="fractional pods do not prefer MPS nodes (the backtest's --no-prefer-shared)",
+    )
     args = parser.parse_args()
     try:
         planner = planner_overrides(args.planner)
@@ -266,7 +280,13 @@ def main() -> int:
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", "packing"):
                         jobs[(variant, offset, fleet, policy)] = pool.submit(
-                            run_one, variant, offset, fleet, policy, planner if policy == "packing" else None
+                            run_one,
+                            variant,
+                            offset,
+                            fleet,
+                            policy,
+                            planner if policy == "packing" else None,
+                            args.prefer_shared,
                         )
         results = {key: future.result() for key, future in jobs.items()}
     for variant in variants:
@@ -275,6 +295,7 @@ def main() -> int:
             if v == variant:
                 samples.setdefault(offset, {})[(fleet, policy)] = figures
         changed = ", ".join(f"{k}={v}" for k, v in planner.items()) or "as shipped"
+        changed += "" if args.prefer_shared else "; fractional pods do not prefer MPS nodes"
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )

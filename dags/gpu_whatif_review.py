@@ -54,6 +54,11 @@ from slicewise.errors import task_outcome
             enum=["spread", "binpack", "first-fit"],
             description="Scheduler model: spread (Kubernetes' default), binpack (the shipped profile).",
         ),
+        "prefer_shared": Param(
+            True,
+            type="boolean",
+            description="Fractional pods prefer MPS nodes (the affinity docs/planner.md recommends).",
+        ),
         "consolidation": Param(
             "all",
             type="string",
@@ -75,7 +80,9 @@ def gpu_whatif_review() -> None:
 
         since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
         modes = parse_modes(params["consolidation"])  # the Param's pattern admits only valid ones
-        summary = run_review(task_settings(params), since, until, params["scheduler"], modes)
+        summary = run_review(
+            task_settings(params), since, until, params["scheduler"], modes, params["prefer_shared"]
+        )
         for line in summary["consolidation_choice"]:
             logging.getLogger(__name__).info("%s", line)
         outlet_events[WHATIF_REVIEW].extra = summary

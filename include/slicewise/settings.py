@@ -55,6 +55,7 @@ class Settings:
     planner_fallback: str
     planner_consolidation: str
     planner_release_below: float
+    planner_shared_reserve: float
     planner_eviction_cost_s: float
     planner_gpus_without_mig: bool
     planner_split_layouts: bool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -37,6 +38,8 @@ class PlannerConfig:
     eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
     # consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied for the autoscaler
     release_below: float = 0.25
+    # packing: MPS tenants kept ready on empty nodes, this many times the fractional pods (<= 1/2 GPU); 0: none
+    shared_reserve: float = 2.0
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
@@ -64,6 +67,8 @@ class PlannerConfig:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
         if not 0 <= self.release_below <= 1:
             raise PlannerConfigError(f"planner_release_below must be in [0, 1], got {self.release_below}")
+        if not 0 <= self.shared_reserve <= 100 or math.isnan(self.shared_reserve):
+            raise PlannerConfigError(f"planner_shared_reserve must be in [0, 100], got {self.shared_reserve}")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PlannerConfig:
@@ -81,6 +86,7 @@ class PlannerConfig:
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
             release_below=settings.planner_release_below,
+            shared_reserve=settings.planner_shared_reserve,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
         )

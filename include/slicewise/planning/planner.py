@@ -2,8 +2,8 @@
 
 Order of decisions per node: can it be planned at all (known model and layout, not mid-reconfiguration, not
 cordoned) -> the policy's proposal -> guard rails: nothing to change, forecaster not trusted, hysteresis
-(gain below the minimum), dwell time, non-evictable GPU pods -> across the fleet, the hourly change budget
-keeps the changes with the highest gain.
+(gain below the minimum), dwell time, non-evictable GPU pods -> across the fleet (``packing``): consolidation,
+then the shared reserve -> the hourly change budget keeps the changes with the highest gain.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
+from slicewise.planning.reserve import reserve
 from slicewise.planning.types import (
     BLOCKED,
     CHANGE,
@@ -84,8 +85,11 @@ def plan_fleet(
         plans.append(plan)
         planned.append(Planned(ctx, plan, proposal))
     if config.policy == "packing" and acting:
-        moved = consolidate(planned, pool, steady_demand(forecasts), catalog, config, now)
+        steady = steady_demand(forecasts)
+        moved = consolidate(planned, pool, steady, catalog, config, now)
         plans = [moved.get(plan.node, plan) for plan in plans]
+        shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
+        plans = [shared.get(plan.node, plan) for plan in plans]
     notes += _releasable(planned, plans)
     return FleetPlan(
         policy=config.policy,

@@ -26,6 +26,8 @@ DEFAULT_POLICIES = "static,static-mig,reactive,packing,oracle,ideal"
 
 
 def register(subparsers: Any) -> None:
+    from slicewise.planning.config import PlannerConfig
+
     parser = subparsers.add_parser(
         "backtest",
         help="replay a pod trace under several partitioning policies (Slicewise's planner included)",
@@ -91,6 +93,20 @@ def register(subparsers: Any) -> None:
         default=FIRST_FIT,
         help="scheduler model: first-fit by node name, spread (Kubernetes' default LeastAllocated) or "
         "binpack (MostAllocated); default first-fit",
+    )
+    parser.add_argument(
+        "--prefer-shared",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fractional pods prefer MPS nodes, as the preferred node affinity docs/planner.md recommends "
+        "(default on; --no-prefer-shared: they take whatever node the scheduler model scores first)",
+    )
+    parser.add_argument(
+        "--shared-reserve",
+        type=float,
+        default=PlannerConfig().shared_reserve,
+        help="MPS tenants the planner keeps ready on empty nodes, this many times the fractional pods of at most "
+        "half a GPU (planner_shared_reserve; 0: none; default as production)",
     )
     parser.add_argument(
         "--node-share", type=float, default=1.0, help="replay on this share of the nodes (default 1: all)"
@@ -187,6 +203,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
+    if not 0 <= args.shared_reserve <= 100:
+        raise ValueError("--shared-reserve must be in [0, 100]")
     if args.days is not None and args.days <= 0:
         raise ValueError("--days must be > 0")
     if args.saturate and args.size_for_wait is not None:
@@ -201,6 +219,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         gpu_model=args.gpu_model,
         model_map=parse_model_map(args.model_map),
         scheduler=args.scheduler,
+        prefer_shared=args.prefer_shared,
         reconfigure_s=args.reconfigure_s,
         eviction_cost_s=args.eviction_cost_s,
         drain_cap_s=args.drain_cap_days * 86_400,
@@ -215,6 +234,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             else base.planner.consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
             release_below=args.release_below,
+            shared_reserve=args.shared_reserve,
         ),
     )
     models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map

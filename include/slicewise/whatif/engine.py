@@ -68,6 +68,7 @@ class BacktestConfig:
     gpu_model: str | None = None  # every GPU as this catalogue model; None: each node's own (whatif.gpus)
     model_map: Mapping[str, str] = field(default_factory=dict)  # node-list model name -> catalogue model
     scheduler: str = FIRST_FIT  # the scheduler model: first-fit, spread or binpack (whatif.fleet)
+    prefer_shared: bool = True  # fractional pods prefer MPS nodes (the affinity docs/planner.md recommends)
     reconfigure_s: float = 300.0  # a node is gone this long for a layout or MPS change
     drain_s: float = (
         60.0  # a consolidated node stays cordoned this long while its pods are evicted and placed
@@ -132,6 +133,7 @@ class Replay:
                 for n, model, (mig, plugin) in zip(nodes, node_models, configs, strict=True)
             ],
             config.scheduler,
+            config.prefer_shared,
         )
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
         count = len(pods)

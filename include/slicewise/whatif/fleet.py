@@ -22,7 +22,10 @@ fitting slot, is the scheduler model's choice (``--scheduler``):
 Both scores are taken over the node's GPU capacity (the share of its GPUs its taken slots cover), as the
 scheduler scores ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` when they are among its scored resources; the
 trace's CPU and memory are not modelled. Ties go to the first node in name order (kube-scheduler picks one of
-the tied nodes at random). Nothing fits -> the pod waits.
+the tied nodes at random). Nothing fits -> the pod waits. With ``prefer_shared`` (the backtest's default) a
+fractional pod first looks only at MPS nodes with a tenant for it, in the same order: the preferred node affinity
+on ``nvidia.com/gpu.sharing-strategy=mps`` that docs/planner.md recommends for fractional pods outweighs the
+resource score.
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
@@ -172,11 +175,13 @@ class SimNode:
 class ReplayFleet:
     """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""
 
-    def __init__(self, nodes: list[SimNode], scheduler: str = FIRST_FIT):
+    def __init__(self, nodes: list[SimNode], scheduler: str = FIRST_FIT, prefer_shared: bool = False):
         if scheduler not in SCHEDULERS:
             raise ValueError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
         self.nodes = nodes
         self.scheduler = scheduler
+        self.prefer_shared = prefer_shared
+        self.mps = np.array([n.replicas > 1 for n in nodes], dtype=bool)  # nodes sharing their GPUs by MPS
         self.by_name = {n.name: n for n in nodes}
         self.position = {n.name: i for i, n in enumerate(nodes)}
         self.owned: set[str] | None = None  # a fork's nodes copied so far; None: every node is this fleet's
@@ -217,7 +222,7 @@ class ReplayFleet:
         twin.by_name = dict(self.by_name)
         twin.free = Counter(self.free)
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
-        twin.allocated, twin.up = self.allocated.copy(), self.up.copy()
+        twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
         twin.released = self.released.copy()
         twin.owned = set()
         return twin
@@ -247,10 +252,21 @@ class ReplayFleet:
         return mask
 
     def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
-        """The node and slots the scheduler model gives the request now, or None (it waits)."""
+        """The node and slots the scheduler model gives the request now, or None (it waits). With
+        ``prefer_shared`` a fractional pod goes to an MPS node that has a tenant for it before any other node (a
+        preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` outweighs the resource score)."""
         if not self.could_fit(ask):
             return None
-        candidates = np.flatnonzero(self.up & self.eligible(ask.models))
+        allowed = self.up & self.eligible(ask.models)
+        if self.prefer_shared and ask.fractional:
+            shared = self._placed(ask, allowed & self.mps)
+            if shared is not None:
+                return shared
+        return self._placed(ask, allowed)
+
+    def _placed(self, ask: Ask, allowed: np.ndarray) -> tuple[SimNode, list[int]] | None:
+        """The scheduler model's node among ``allowed`` (a mask) and the slots there, or None."""
+        candidates = np.flatnonzero(allowed)
         if self.scheduler != FIRST_FIT and len(candidates) > 1:
             after = (self.allocated[candidates] + ask.gpus * ask.share) / self.sizes[candidates]
             # Stable sort: equal scores keep name order.
@@ -301,6 +317,7 @@ class ReplayFleet:
         node.configure(mig_config, plugin)
         node.available = True
         self.up[self.position[node.name]] = True
+        self.mps[self.position[node.name]] = node.replicas > 1
         self.away_gpus -= node.gpus
         self.free.update(node.free_shares())
         self.nodes_by_free_whole[node.free_whole()] += 1

@@ -95,10 +95,16 @@ def _read_hours(found: Sequence[tuple[datetime, str]]) -> tuple[pd.DataFrame, pd
 
 
 def run_review(
-    settings: Settings, since: datetime, until: datetime, scheduler: str, modes: Sequence[str]
+    settings: Settings,
+    since: datetime,
+    until: datetime,
+    scheduler: str,
+    modes: Sequence[str],
+    prefer_shared: bool = True,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
-    window, hours read and missing, each policy's headline figures, the consolidation choice and the paths."""
+    window, hours read and missing, each policy's headline figures, the consolidation choice and the paths.
+    ``prefer_shared``: whether the cluster's fractional pods prefer MPS nodes (the scheduler model's)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -134,7 +140,10 @@ def run_review(
     if len(modes) == 1:  # one mode: the packing row is that mode, not the cluster's setting
         planner = dataclasses.replace(planner, consolidation=modes[0])
     config = BacktestConfig.priced(
-        scheduler=scheduler, eviction_cost_s=planner.eviction_cost_s, planner=planner
+        scheduler=scheduler,
+        prefer_shared=prefer_shared,
+        eviction_cost_s=planner.eviction_cost_s,
+        planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)

@@ -12,7 +12,7 @@ import pytest
 
 from slicewise.catalog import load_catalog
 from slicewise.whatif.engine import BacktestConfig, Replay
-from slicewise.whatif.fleet import ReplayFleet, SimNode
+from slicewise.whatif.fleet import Ask, ReplayFleet, SimNode
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import POLICIES
 from slicewise.whatif.trace import TraceNode, TracePod
@@ -129,3 +129,30 @@ def test_a_split_node_hosts_a_whole_gpu_pod_and_small_pods_at_once() -> None:
     small = node.fit(1, 0.1)
     assert small is not None and node.slots[small[0]].share == pytest.approx(1 / 7)
     assert node.fit(1, 1.0) is None  # no whole GPU left: the MIG half hosts only slices
+
+
+def test_a_fractional_pod_prefers_an_mps_tenant_to_a_whole_gpu_on_a_node_it_would_take_first() -> None:
+    mps2 = CATALOG.device_plugin_config_for(2)
+
+    def fleet(prefer_shared: bool) -> ReplayFleet:
+        whole = SimNode("n1", 2, MODEL, CATALOG, "all-disabled", "default")
+        shared = SimNode("n2", 2, MODEL, CATALOG, "all-disabled", mps2)
+        return ReplayFleet([whole, shared], prefer_shared=prefer_shared)
+
+    found = fleet(False).find(Ask(1, 0.4))
+    assert found is not None and found[0].name == "n1"  # first-fit: the whole GPU of the first node
+    found = fleet(True).find(Ask(1, 0.4))
+    assert found is not None and found[0].name == "n2" and found[0].slots[found[1][0]].share == 0.5
+    # No tenant of n2 holds 0.6 of a GPU, and whole-GPU pods never prefer: the scheduler's own order.
+    for ask in (Ask(1, 0.6), Ask(1, 1.0)):
+        found = fleet(True).find(ask)
+        assert found is not None and found[0].name == "n1"
+    # A node that becomes MPS is preferred from then on.
+    preferring = ReplayFleet(
+        [SimNode(f"n{i}", 2, MODEL, CATALOG, "all-disabled", "default") for i in (1, 2)], "first-fit", True
+    )
+    second = preferring.nodes[1]
+    preferring.unavailable(second)
+    preferring.back(second, "all-disabled", mps2)
+    found = preferring.find(Ask(1, 0.4))
+    assert found is not None and found[0].name == "n2"

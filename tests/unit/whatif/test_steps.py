@@ -63,11 +63,12 @@ def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_
         "not parquet"
     )
     settings = load_settings(None, {"storage_root": str(root), "planner_consolidation": "nodes"})
-    summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off",))
+    summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off",), prefer_shared=False)
     assert summary["hours"] == {"read": 2, "missing_or_quarantined": 1, "unreadable": 1}
     assert list(summary["policies"]) == ["static", "packing", "ideal"]
     written = json.loads((review_folder(root, DAY, DAY + timedelta(hours=4)) / "summary.json").read_text())
     assert written["model"]["planner"]["consolidation"] == "off"  # what was asked, not the cluster's "nodes"
+    assert written["model"]["prefer_shared"] is False  # the Param, as the scheduler model replayed it
     assert not list((root / "_staging").rglob("*.json"))  # nothing left half-written
 
 

@@ -130,6 +130,8 @@ def test_bad_arguments_give_one_error_line(
     args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1])]
     assert main([*args, "--release-below", "1.5"]) == 2
     assert capsys.readouterr().err.startswith("error: --release-below must be in [0, 1]")
+    assert main([*args, "--shared-reserve", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --shared-reserve must be in [0, 100]")
     assert main([*args, "--node-share", "0.5", "--node-offset", "2"]) == 2
     assert capsys.readouterr().err.startswith("error: node offset must be in [0, 1] for a node share of 0.5")
 
@@ -161,6 +163,10 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     assert list(out["policies"]) == ["static", "packing/off", "packing/nodes", "thresholds"]
     assert out["model"]["planner"]["consolidation"] == "whole-gpus"  # thresholds keeps production's
     assert out["model"]["planner"]["release_below"] == 0.25
+    assert out["model"]["planner"]["shared_reserve"] == 2.0 and out["model"]["prefer_shared"] is True
+    assert main([*args, "--policies", "static", "--shared-reserve", "0", "--no-prefer-shared", "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)["model"]
+    assert (model["planner"]["shared_reserve"], model["prefer_shared"]) == (0.0, False)
     [choice] = out["consolidation_choice"]
     assert choice.startswith("packing: least wait with planner_consolidation=")
     assert main([*args, "--policies", "static,packing", "--consolidation", "all", "--html", "/dev/null"]) == 0
