@@ -18,12 +18,13 @@ fleet, over the samples where ``static`` waits at least 10 minutes (issue 14's y
 the mean wait (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of
 at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
-wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s. ``--planner FIELD=VALUE`` (repeatable)
-replays ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on
-every sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods'
-preference for MPS nodes (what the shared reserve is worth when pods do not ask for it). Figures and their
-reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0
-with a message when they are absent). Asserts nothing.
+wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s and ``sharing``'s (what
+placing each pod once, never moving it, leaves of that cut). ``--planner FIELD=VALUE`` (repeatable) replays
+``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
+sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
+for MPS nodes (what the shared reserve is worth when pods do not ask for it). Figures and their reading:
+docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
+message when they are absent). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             "ideal s",
             "sharing s",
             "node-GPU-h (ideal's)",
+            "sharing's",
         ]
     ]
     summary = [
@@ -183,10 +185,11 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             "longer than static (> 1 %)",
             "small pods longer",
             "node-GPU-h: share of ideal's cut",
+            "sharing's",
         ]
     ]
     for fleet in fleets(BacktestConfig.priced()):
-        cuts, shares, node_shares, reached, longer, small = [], [], [], 0, 0, 0
+        cuts, shares, node_shares, sharing_node_shares, reached, longer, small = [], [], [], [], 0, 0, 0
         for offset, figures in samples.items():
             nodes, trace = _sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -203,7 +206,10 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                 _cut(static.wait_mean_s, ideal.wait_mean_s),
             )
             node_cut = _cut(static.node_gpu_hours, packing.node_gpu_hours)
-            node_share = _share(node_cut, _cut(static.node_gpu_hours, ideal.node_gpu_hours))
+            ideal_node_cut = _cut(static.node_gpu_hours, ideal.node_gpu_hours)
+            node_share = _share(node_cut, ideal_node_cut)
+            # What placing once with ideal's packer, never moving a pod, gets of ideal's node-hour cut.
+            sharing_node_share = _share(_cut(static.node_gpu_hours, sharing.node_gpu_hours), ideal_node_cut)
             share = _share(cut, ideal_cut)
             rows.append(
                 [
@@ -218,6 +224,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                     class_means(ideal.wait_by_class),
                     class_means(sharing.wait_by_class),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
+                    _pct(sharing_node_share),
                 ]
             )
             if static.wait_mean_s < LONG_WAIT_S:
@@ -226,6 +233,8 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
             shares.append(share or 0.0)
             if node_share is not None:
                 node_shares.append(node_share)
+            if sharing_node_share is not None:
+                sharing_node_shares.append(sharing_node_share)
             reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
@@ -239,6 +248,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                 f"{longer} / {len(cuts)}",
                 f"{small} / {len(cuts)}",
                 _span(node_shares),
+                _span(sharing_node_shares),
             ]
         )
     return [format_table(rows), "", format_table(summary)]
