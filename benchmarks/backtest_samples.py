@@ -218,7 +218,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]]) -> 
                     f"{len(trace.pods):,}",
                     fleet,
                     f"{static.wait_mean_s:,.0f}",
-                    f"{-cut:+.1%} ({_pct(share)})",
+                    f"{-cut:+.1%} ({_pct(share)})" if static.wait_mean_s >= 1 else "n/a",  # no wait to cut
                     class_means(static.wait_by_class),
                     class_means(packing.wait_by_class),
                     class_means(ideal.wait_by_class),
