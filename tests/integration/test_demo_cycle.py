@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from slicewise.stack import processes
+from tests.support.analysis import measured_only
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -23,9 +24,7 @@ def demo(action: str, home: Path, timeout_s: float) -> subprocess.CompletedProce
     env = {
         **os.environ,
         "SLICEWISE_HOME": str(home),
-        # The simulated load after a layout change is a fresh draw; the drop rule must not make this test flaky
-        # (its own tests are in tests/unit/rollout).
-        "SLICEWISE_ANALYSIS_UTIL_DROP": "0.99",
+        "SLICEWISE_ANALYSIS_EXTRA_CHECKS": json.dumps([measured_only("utilisation-drop")]),
     }
     return subprocess.run(
         [sys.executable, "-m", "slicewise.demo", action, "--timeout", "600"],

@@ -25,11 +25,13 @@ from slicewise.simulator.exporter import serve
 from slicewise.simulator.fleet import Fleet
 from slicewise.stack import processes
 from slicewise.stack import prometheus as prometheus_stack
+from tests.support.analysis import measured_only
 from tests.support.people import run_with_people
 from tests.support.rollout_dag import load_dag, next_run_after, read_plan, run_dag, states
 
 pytestmark = pytest.mark.integration
 CHANGED = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
+DROP_MEASURED = measured_only("utilisation-drop")
 
 
 @dataclass
@@ -70,7 +72,7 @@ def live_fleet(history: Path, airflow_db: None, monkeypatch: pytest.MonkeyPatch)
             "SLICEWISE_ANALYSIS_COUNT": "2",
             # The simulated load after a layout change is a fresh draw, not the same pods' load: the drop rule
             # is exercised by the unit tests; here it may not decide the run.
-            "SLICEWISE_ANALYSIS_UTIL_DROP": "0.99",
+            "SLICEWISE_ANALYSIS_EXTRA_CHECKS": json.dumps([DROP_MEASURED]),
             # The simulator re-draws its pending pods every 15 minutes (up to +5 GPU requests in working hours,
             # seen at 14:15 UTC): the pending rule is exercised by the unit tests; here it may not decide the run.
             "SLICEWISE_ANALYSIS_PENDING_TOLERANCE": "8",
@@ -119,8 +121,11 @@ def test_apply_mode_promotes_the_waves_and_the_nodes_end_as_planned(live_fleet: 
         (rollout,) = ledger.recent_rollouts()
         assert rollout.status == ledger_mod.RolloutStatus.PROMOTED
         assert {r.status for r in ledger.nodes(rollout.id)} == {ledger_mod.NodeStatus.DONE}
-        assert ledger.measurements(rollout.id), "the analysis measured against the live Prometheus"
-        assert all(m.outcome == "Successful" for m in ledger.measurements(rollout.id))
+        measured = ledger.measurements(rollout.id)
+        assert measured, "the analysis measured against the live Prometheus"
+        # The drop rule is a dry run here (DROP_MEASURED): measured, whatever its outcome; every other decides.
+        assert any(m.check == DROP_MEASURED["name"] for m in measured)
+        assert all(m.outcome == "Successful" for m in measured if m.check != DROP_MEASURED["name"])
     assert states["wave_0.apply"] == "success" and states["finish"] == "success"
 
 
@@ -136,7 +141,7 @@ def test_a_failing_check_rolls_every_node_back_and_the_run_fails(
         "on_nan": "Failed",
         "scope": "pool",
     }
-    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([always_failing]))
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([DROP_MEASURED, always_failing]))
     before = _labels(live_fleet)
     states = run_dag(**APPLY)
     assert states["__run__"] == "failed", states
@@ -168,7 +173,7 @@ UNDECIDED = {
 def test_an_inconclusive_wave_waits_for_a_person_who_approves(
     live_fleet: LiveFleet, core_api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([DROP_MEASURED, UNDECIDED]))
     run, answered = run_with_people(load_dag(), next_run_after(), APPLY, core_api, "Continue the rollout")
     result = states(run)
     assert result["__run__"] == "success", result
@@ -184,7 +189,7 @@ def test_an_inconclusive_wave_waits_for_a_person_who_approves(
 def test_nobody_answering_an_inconclusive_wave_rolls_back(
     live_fleet: LiveFleet, core_api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([DROP_MEASURED, UNDECIDED]))
     before = _labels(live_fleet)
     dag = load_dag()
     for task in dag.tasks:
@@ -288,7 +293,7 @@ def test_a_rollout_killed_mid_wave_is_resumed_by_hand(live_fleet: LiveFleet) -> 
 def test_a_paused_rollout_is_aborted_by_hand_and_every_node_goes_back(
     live_fleet: LiveFleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([UNDECIDED]))
+    monkeypatch.setenv("SLICEWISE_ANALYSIS_EXTRA_CHECKS", json.dumps([DROP_MEASURED, UNDECIDED]))
     plan = _plan_by_hand(live_fleet.home)
     before = _by_hand_labels(live_fleet)
     paused = _slicewise("rollout", "apply", "--plan", str(plan))
