@@ -62,9 +62,8 @@ from slicewise.whatif.trace import (
 GOAL_CUT = 0.80  # issue 14: cut the mean wait by >= 80 % vs static, and by >= 80 % of ideal's cut
 NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
-IDEAL_FLEET = (
-    "any"  # ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
-)
+# ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
+IDEAL_FLEET = "any"
 
 
 @dataclass(frozen=True)

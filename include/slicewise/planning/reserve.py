@@ -68,14 +68,17 @@ def reserve(
         if any(_fits_tenant(request, tenant) for request in packing.pod_requests(pod))
     ]
     pending = [(request, count) for request, count in pool if _fits_tenant(request, tenant)]
-    have = sum(item.ctx.gpus * _tenants_per_gpu(plans[item.ctx.name], catalog) for item in planned)
-    # Per GPU model: its GPUs, and those under MPS. A pod pinned to a model (a gpu_spec, a product nodeSelector)
-    # that needs a whole GPU has only that model's nodes: the reserve leaves at least half of them whole.
+    # MPS tenants in the fleet, and per GPU model its GPUs and those under MPS. A pod pinned to a model (a
+    # gpu_spec, a product nodeSelector) that needs a whole GPU has only that model's nodes: the reserve leaves at
+    # least half of them whole.
+    have = 0
     gpus_of: Counter[str] = Counter()
     shared_of: Counter[str] = Counter()
     for item in planned:
+        per_gpu = _tenants_per_gpu(plans[item.ctx.name], catalog)
+        have += item.ctx.gpus * per_gpu
         gpus_of[item.ctx.model.name] += item.ctx.gpus
-        if _tenants_per_gpu(plans[item.ctx.name], catalog):
+        if per_gpu:
             shared_of[item.ctx.model.name] += item.ctx.gpus
     out: dict[str, NodePlan] = {}
     for item in sorted(planned, key=lambda item: (item.ctx.gpus, item.ctx.name)):

@@ -323,15 +323,19 @@ class IdealReplay:
             self.packing = repacked
 
     def _depart(self, pod_ids: list[int], when: float) -> None:
-        for pod_id in pod_ids:
-            self.packing.remove(pod_id)
-            self.running.discard(pod_id)
-            self.work -= self.pods[pod_id].gpus * self.pods[pod_id].share
+        self._remove(pod_ids)
         if self.waiting:
             self._admit_in_arrival_order(when)
         else:
             self._consolidate()
         self.state.refresh(self.packing, self.work)
+
+    def _remove(self, pod_ids: list[int]) -> None:
+        """The pods finished: their room is free."""
+        for pod_id in pod_ids:
+            self.packing.remove(pod_id)
+            self.running.discard(pod_id)
+            self.work -= self.pods[pod_id].gpus * self.pods[pod_id].share
 
     def _admit_in_arrival_order(self, when: float) -> None:
         present = sorted([*self.running, *self.waiting])

@@ -72,10 +72,9 @@ def replay(
 ) -> PolicyResult:
     from slicewise.catalog import load_catalog
 
-    if policy.name == IDEAL:
-        return IdealReplay(trace.pods, fleet, load_catalog(), config, window).run()
-    if policy.name == SHARING:
-        return SharingReplay(trace.pods, fleet, load_catalog(), config, window).run()
+    reference = {IDEAL: IdealReplay, SHARING: SharingReplay}.get(policy.name)
+    if reference is not None:
+        return reference(trace.pods, fleet, load_catalog(), config, window).run()
     return Replay(policy, trace.pods, fleet, load_catalog(), config, window).run()
 
 

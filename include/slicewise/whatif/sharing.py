@@ -35,14 +35,10 @@ class SharingReplay(IdealReplay):
         self.state.refresh(self.packing, self.work)
 
     def _depart(self, pod_ids: list[int], when: float) -> None:
-        for pod_id in pod_ids:
-            self.packing.remove(pod_id)
-            self.running.discard(pod_id)
-            self.work -= self.pods[pod_id].gpus * self.pods[pod_id].share
+        self._remove(pod_ids)
         still: list[int] = []
-        failed: set[Ask] = (
-            set()
-        )  # placing pods only takes room: an ask that failed cannot fit later in the pass
+        # Placing pods only takes room: an ask that failed cannot fit later in the pass.
+        failed: set[Ask] = set()
         for pod_id in self.waiting:
             ask = self.asks[pod_id]
             if ask not in failed and self.packing.add(pod_id, ask):
