@@ -125,7 +125,7 @@ def gpu_partition_rollout() -> None:
 
     summary: Any = plan_nodes(forecast(), observe_cluster())
     publish_plan(summary)
-    # A start that failed changed no node (the next run's start rolls back what it left): no teardown is needed.
+    # A failed start changed no layout (taints at most; the next start rolls back what it left): no teardown.
     started: Any = start_rollout(summary).as_setup()
     previous: Any = started
     for index in range(MAX_WAVES):

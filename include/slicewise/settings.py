@@ -56,6 +56,7 @@ class Settings:
     planner_consolidation: str
     planner_release_below: float
     planner_shared_reserve: float
+    planner_standby: bool
     planner_eviction_cost_s: float
     planner_gpus_without_mig: bool
     planner_split_layouts: bool

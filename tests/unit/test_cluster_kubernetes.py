@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from slicewise.cluster.base import ClusterError, EvictionBlocked, LabelsChanged, NodeNotFound
+from slicewise.cluster.base import ClusterError, EvictionBlocked, LabelsChanged, NodeNotFound, Taint
 from slicewise.cluster.k8s_mapping import node_selector, pod_gpu_requests, selector_matches
 from slicewise.cluster.kubernetes import MERGE_PATCH, KubernetesCluster
 from tests.support.fake_apiserver import FakeApiServer, fleet_nodes, gpu_node, gpu_pod, pdb, write_kubeconfig
@@ -506,6 +506,41 @@ def test_cordon_and_uncordon(api: FakeApiServer, cluster: KubernetesCluster) -> 
 
     assert [p.body["spec"] for p in _patches(api)] == [{"unschedulable": True}, {"unschedulable": False}]
     assert all("resourceVersion" in p.body["metadata"] for p in _patches(api))
+
+
+def test_set_taint_adds_and_removes_one_taint_and_keeps_the_others(
+    api: FakeApiServer, cluster: KubernetesCluster
+) -> None:
+    standby = Taint("slicewise.io/standby", "PreferNoSchedule")
+    dedicated = {"key": "dedicated", "value": "llm", "effect": "NoSchedule"}
+    api.update_node_externally("h100-0", lambda n: n["spec"].update(taints=[dedicated]))
+
+    node = cluster.set_taint("h100-0", standby, True)
+    assert set(node.taints) == {Taint("dedicated", "NoSchedule", "llm"), standby}
+    assert cluster.set_taint("h100-0", standby, True).taints == node.taints  # already there: nothing written
+    assert cluster.set_taint("h100-0", standby, False).taints == (Taint("dedicated", "NoSchedule", "llm"),)
+    assert api.node("h100-0")["spec"]["taints"] == [dedicated]
+    assert cluster.set_taint("h100-0", standby, False).taints == (Taint("dedicated", "NoSchedule", "llm"),)
+    patches = _patches(api)
+    assert len(patches) == 2 and all("resourceVersion" in p.body["metadata"] for p in patches)
+
+
+def test_a_taint_another_controller_adds_meanwhile_survives(
+    api: FakeApiServer, cluster: KubernetesCluster
+) -> None:
+    # The node lifecycle controller adds its unschedulable taint between the backend's read and its write: the
+    # guarded write conflicts, the node is read again, and both taints end up on it.
+    unschedulable = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    api.before_next(
+        "PATCH",
+        "/api/v1/nodes/h100-0",
+        lambda: api.update_node_externally("h100-0", lambda n: n["spec"].update(taints=[unschedulable])),
+    )
+
+    node = cluster.set_taint("h100-0", Taint("slicewise.io/standby", "PreferNoSchedule"), True)
+
+    assert [p.status for p in _patches(api)] == [409, 200]
+    assert {t.key for t in node.taints} == {"node.kubernetes.io/unschedulable", "slicewise.io/standby"}
 
 
 # -- eviction --------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from slicewise.cluster.base import (
     EvictionBlocked,
     LabelsChanged,
     NodeNotFound,
+    Taint,
 )
 from slicewise.settings import load_settings
 from slicewise.simulator import cli
@@ -338,3 +339,20 @@ def test_a_simulated_pod_carries_its_workloads_product_pin_as_its_node_selector(
     assert pinned.may_run_on({GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"})
     assert not pinned.may_run_on({GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3-SHARED"})  # GFD's MPS suffix
     assert gpu_pod(pod, {"evictable": True, "owner_kind": "Deployment"}).node_selector == {}
+
+
+def test_a_taint_is_recorded_beside_others_and_kept_in_the_state_file(
+    cluster: SimulatedCluster, open_cluster: Callable[[float], SimulatedCluster]
+) -> None:
+    name = cluster.list_nodes()[0].name
+    standby = Taint("slicewise.io/standby", "PreferNoSchedule")
+    dedicated = Taint("dedicated", "NoSchedule", "llm")
+    version = cluster.get_node(name).resource_version
+    cluster.set_taint(name, dedicated, True)
+    node = cluster.set_taint(name, standby, True)
+    assert node.taints == (dedicated, standby) and node.resource_version != version
+    assert open_cluster(20).get_node(name).taints == (dedicated, standby)  # from the state file
+    assert cluster.set_taint(name, standby, False).taints == (dedicated,)
+    assert cluster.set_taint(name, standby, False).taints == (dedicated,)  # already gone: no error
+    with pytest.raises(NodeNotFound):
+        cluster.set_taint("no-such-node", standby, True)

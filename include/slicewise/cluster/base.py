@@ -66,6 +66,15 @@ class EvictionBlocked(ClusterError):
 
 
 @dataclass(frozen=True)
+class Taint:
+    """A node taint (``spec.taints[]``); ``timeAdded`` is not kept (the API server sets it for NoExecute only)."""
+
+    key: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+    value: str = ""
+
+
+@dataclass(frozen=True)
 class GpuNode:
     """A managed GPU node as the GPU Operator and GPU Feature Discovery describe it."""
 
@@ -80,6 +89,7 @@ class GpuNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
+    taints: tuple[Taint, ...] = ()
 
     def hands_off(self) -> str:
         """Why Slicewise must not plan or change this node ("" when it may): its GPUs are the NVIDIA DRA
@@ -180,6 +190,12 @@ class ClusterBackend(Protocol):
 
     def set_annotations(self, node: str, changes: Mapping[str, str | None]) -> GpuNode:
         """Set or remove Slicewise's own node annotations (merge patch)."""
+        ...
+
+    def set_taint(self, node: str, taint: Taint, present: bool) -> GpuNode:
+        """Add (``present``) or remove the taint with ``taint``'s key and effect, keeping every other taint; the
+        write is guarded by the node's resourceVersion (taints are one list: a blind write could drop another
+        writer's). Nothing is written when the node is already as asked."""
         ...
 
     def cordon(self, node: str) -> GpuNode: ...

@@ -21,6 +21,7 @@ from slicewise.cluster.base import (
     MIG_STATE_LABEL,
     GpuNode,
     GpuPod,
+    Taint,
     is_gpu_resource,
 )
 
@@ -70,6 +71,9 @@ def node_from_api(node: Any) -> GpuNode:
         labels=labels,
         annotations=dict(meta.annotations or {}),
         resource_version=meta.resource_version or "",
+        taints=tuple(
+            Taint(t.key, t.effect, t.value or "") for t in ((node.spec and node.spec.taints) or ()) if t.key
+        ),
     )
 
 

@@ -28,6 +28,7 @@ from slicewise.cluster.base import (
     GpuPod,
     LabelsChanged,
     NodeNotFound,
+    Taint,
 )
 from slicewise.cluster.k8s_mapping import gpu_pod_from_api, labels_differing, node_from_api, pod_gpu_requests
 
@@ -205,6 +206,21 @@ class KubernetesCluster:
             return {"metadata": {"annotations": wanted}}
 
         return self._guarded_patch(node, "set annotations", plan)
+
+    def set_taint(self, node: str, taint: Taint, present: bool) -> GpuNode:
+        """Add or remove one taint (by key and effect), keeping the others. ``spec.taints`` has no merge key,
+        so the whole list is written, guarded by the resourceVersion it was read at (a conflict re-reads)."""
+
+        def plan(current: GpuNode, after_conflict: bool) -> dict[str, Any] | None:
+            others = [t for t in current.taints if (t.key, t.effect) != (taint.key, taint.effect)]
+            if (len(others) < len(current.taints)) == present:
+                return None
+            wanted = [*others, taint] if present else others
+            return {
+                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in wanted]}
+            }
+
+        return self._guarded_patch(node, f"{'add' if present else 'remove'} taint {taint.key}", plan)
 
     def cordon(self, node: str) -> GpuNode:
         """Mark the node unschedulable (``spec.unschedulable: true``), as ``kubectl cordon`` does."""

@@ -40,6 +40,8 @@ class PlannerConfig:
     release_below: float = 0.25
     # packing: MPS tenants kept ready on empty nodes, this many times the fractional pods (<= 1/2 GPU); 0: none
     shared_reserve: float = 2.0
+    # packing: empty nodes larger than the fleet's smallest get a PreferNoSchedule taint (planning.standby)
+    standby: bool = True
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
@@ -87,6 +89,7 @@ class PlannerConfig:
             eviction_cost_s=settings.planner_eviction_cost_s,
             release_below=settings.planner_release_below,
             shared_reserve=settings.planner_shared_reserve,
+            standby=settings.planner_standby,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
         )

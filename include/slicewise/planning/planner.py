@@ -22,6 +22,7 @@ from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.reserve import reserve
+from slicewise.planning.standby import TAINT_EFFECT, TAINT_KEY, standby
 from slicewise.planning.types import (
     BLOCKED,
     CHANGE,
@@ -90,14 +91,27 @@ def plan_fleet(
         plans = [moved.get(plan.node, plan) for plan in plans]
         shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
         plans = [shared.get(plan.node, plan) for plan in plans]
+    budgeted = _apply_budget(plans, config, len(observations))
+    standby_nodes = (
+        standby(planned, {plan.node: plan for plan in budgeted})
+        if config.policy == "packing" and acting and config.standby
+        else ()
+    )
     notes += _releasable(planned, plans)
+    if standby_nodes:
+        notes.append(
+            f"standby: {len(standby_nodes)} empty nodes larger than the fleet's smallest get the taint "
+            f"{TAINT_KEY}:{TAINT_EFFECT} (opened only when no other node fits; apply mode writes it): "
+            + _shown(standby_nodes)
+        )
     return FleetPlan(
         policy=config.policy,
         predictor=forecasts.predictor,
         trusted=forecasts.trusted,
         horizon_minutes=forecasts.horizon_minutes,
-        nodes=tuple(_apply_budget(plans, config, len(observations))),
+        nodes=tuple(budgeted),
         notes=tuple(notes),
+        standby=standby_nodes,
     )
 
 
@@ -113,10 +127,14 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
     ]
     if not empty:
         return []
-    shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
     return [
-        f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): {shown}"
+        f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): "
+        + _shown(empty)
     ]
+
+
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def demand_pool(forecasts: Forecasts) -> Pool:

@@ -138,4 +138,5 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         horizon_minutes=raw["horizon_minutes"],
         nodes=tuple(nodes),
         notes=tuple(raw["notes"]),
+        standby=tuple(raw.get("standby", ())),  # absent in plans written before planner_standby
     )

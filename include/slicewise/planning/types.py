@@ -60,6 +60,7 @@ class FleetPlan:
     horizon_minutes: int
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = ()
+    standby: tuple[str, ...] = ()  # empty nodes to taint PreferNoSchedule (planning.standby)
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

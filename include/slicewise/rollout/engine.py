@@ -23,6 +23,7 @@ from slicewise.rollout.checks import Check
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.procedure import Clock, Procedure, Timing
+from slicewise.rollout.standby import mark_standby
 from slicewise.rollout.waves import batches, order_changes, plan_waves
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,13 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
                 now,
             )
         return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
+    # Under the lock, before any wave: the taint moves no pod, and the waves' nodes are not on the list.
+    marked = mark_standby(ctx.backend, plan)
+    standby = {"added": list(marked.added), "removed": list(marked.removed)}
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
         ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
-        return {"rollout_id": None, "action": "nothing to change", "waves": []}
+        return {"rollout_id": None, "action": "nothing to change", "waves": [], "standby": standby}
     waves = plan_waves([p.node for p in changes], ctx.shares)
     desired = {
         p.node: {
@@ -101,7 +105,9 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     }
     rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
     ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
-    return {"rollout_id": rollout.id, "action": "started", "waves": waves}
+    if marked.added or marked.removed:
+        ctx.event(rollout.id, marked.describe())
+    return {"rollout_id": rollout.id, "action": "started", "waves": waves, "standby": standby}
 
 
 def _wave_nodes(ctx: Rollouts, rollout_id: int) -> list[list[str]]:

@@ -30,6 +30,7 @@ from slicewise.cluster.base import (
     GpuPod,
     LabelsChanged,
     NodeNotFound,
+    Taint,
 )
 from slicewise.simulator import mig_manager
 from slicewise.simulator.cluster_pods import (
@@ -207,6 +208,20 @@ class SimulatedCluster:
 
         return self._transact(op)
 
+    def set_taint(self, node: str, taint: Taint, present: bool) -> GpuNode:
+        """Add or remove one taint (by key and effect), keeping the others. The simulated pods run where their
+        workloads put them: a taint is recorded and shown, it moves no pod."""
+
+        def op(state: dict[str, Any], now: float) -> Callable[[], GpuNode]:
+            found = _node(state, node)
+            taints = found.get("taints", [])
+            others = [t for t in taints if (t[0], t[1]) != (taint.key, taint.effect)]
+            if (len(others) < len(taints)) != present:
+                found["taints"] = [*others, [taint.key, taint.effect, taint.value]] if present else others
+            return lambda: _node_view(node, found)
+
+        return self._transact(op)
+
     def cordon(self, node: str) -> GpuNode:
         return self._set_unschedulable(node, True)
 
@@ -373,6 +388,7 @@ def _node_view(name: str, node: NodeState) -> GpuNode:
         labels=labels,
         annotations=dict(node["annotations"]),
         resource_version=node["resource_version"],
+        taints=tuple(Taint(key, effect, value) for key, effect, value in node.get("taints", [])),
     )
 
 

@@ -101,6 +101,7 @@ class NodeState(TypedDict):
     mig_manager: MigManagerState
     device_plugin: DevicePluginState
     evicted: dict[str, float]  # pod (its slot and epoch) -> when it was evicted
+    taints: NotRequired[list[list[str]]]  # [key, effect, value]; absent in state files written before taints
 
 
 #: ``running(at)``: the user GPU pods on the node at ``at`` (names), as the apply would find them.

@@ -109,6 +109,13 @@ def register(subparsers: Any) -> None:
         "half a GPU (planner_shared_reserve; 0: none; default as production)",
     )
     parser.add_argument(
+        "--standby",
+        action=argparse.BooleanOptionalAction,
+        default=PlannerConfig().standby,
+        help="the planner taints empty nodes larger than the fleet's smallest PreferNoSchedule, so the scheduler "
+        "opens them last (planner_standby; default as production)",
+    )
+    parser.add_argument(
         "--node-share", type=float, default=1.0, help="replay on this share of the nodes (default 1: all)"
     )
     parser.add_argument(
@@ -235,6 +242,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
             release_below=args.release_below,
             shared_reserve=args.shared_reserve,
+            standby=args.standby,
         ),
     )
     models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map

@@ -324,6 +324,8 @@ class Replay:
             self._observations(now), self._forecasts(now), self.catalog, self.planner, _moment(now)
         )
         self.meter.planned()
+        self.fleet.standby[:] = False
+        self.fleet.standby[[self.index[name] for name in plan.standby]] = True
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:
             self._reconfigure(self.fleet.by_name[node_plan.node], node_plan.desired, now)

@@ -25,7 +25,8 @@ trace's CPU and memory are not modelled. Ties go to the first node in name order
 the tied nodes at random). Nothing fits -> the pod waits. With ``prefer_shared`` (the backtest's default) a
 fractional pod first looks only at MPS nodes with a tenant for it, in the same order: the preferred node affinity
 on ``nvidia.com/gpu.sharing-strategy=mps`` that docs/planner.md recommends for fractional pods outweighs the
-resource score.
+resource score. A node of the planner's standby list (``planning.standby``: a ``PreferNoSchedule`` taint, which
+outweighs both) is chosen only when no other node fits.
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
@@ -200,6 +201,7 @@ class ReplayFleet:
         self.sizes = np.array([n.gpus for n in nodes], dtype=float)
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
+        self.standby = np.zeros(len(nodes), dtype=bool)  # tainted PreferNoSchedule: opened last
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
@@ -223,7 +225,7 @@ class ReplayFleet:
         twin.free = Counter(self.free)
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
-        twin.released = self.released.copy()
+        twin.released, twin.standby = self.released.copy(), self.standby.copy()
         twin.owned = set()
         return twin
 
@@ -254,15 +256,24 @@ class ReplayFleet:
     def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
         """The node and slots the scheduler model gives the request now, or None (it waits). With
         ``prefer_shared`` a fractional pod goes to an MPS node that has a tenant for it before any other node (a
-        preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` outweighs the resource score)."""
+        preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` outweighs the resource score). A
+        ``standby`` node (the planner's ``PreferNoSchedule`` taint) comes after every other, whatever the pod
+        prefers."""
         if not self.could_fit(ask):
             return None
         allowed = self.up & self.eligible(ask.models)
-        if self.prefer_shared and ask.fractional:
-            shared = self._placed(ask, allowed & self.mps)
-            if shared is not None:
-                return shared
-        return self._placed(ask, allowed)
+        # kube-scheduler's default weights: TaintToleration 3 > NodeAffinity 2 > NodeResourcesFit 1.
+        preferred = (allowed & ~self.standby, allowed & self.standby) if self.standby.any() else (allowed,)
+        shared = self.prefer_shared and ask.fractional
+        for mask in preferred:
+            if shared:
+                found = self._placed(ask, mask & self.mps)
+                if found is not None:
+                    return found
+            found = self._placed(ask, mask)
+            if found is not None:
+                return found
+        return None
 
     def _placed(self, ask: Ask, allowed: np.ndarray) -> tuple[SimNode, list[int]] | None:
         """The scheduler model's node among ``allowed`` (a mask) and the slots there, or None."""

@@ -4,6 +4,7 @@ its snapshot, uncordoned, and the ledger telling the story."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from slicewise.cluster.kubernetes import KubernetesCluster
+from slicewise.planning.types import FleetPlan
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from tests.support.fake_apiserver import FakeApiServer
@@ -191,3 +193,46 @@ def test_mps_on_a_gpu_without_mig_fails_while_the_device_plugin_still_advertises
         record = harness.ledger.node(rollout_id, "t4-0")
     assert record.status == ledger_mod.NodeStatus.FAILED
     assert "stale success: allocatable {'nvidia.com/gpu': 2}" in record.detail
+
+
+def test_start_carries_the_standby_list_as_prefer_no_schedule_taints(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    # sim-h200-0 carries the taint from an earlier plan and is no longer listed; sim-h100-0 is newly listed.
+    # Under the lock, before any wave, each gets one guarded write; the rollout itself goes on as planned.
+    standby = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
+    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[standby]))
+    plan = dataclasses.replace(fleet_plan([NODE]), standby=("sim-h100-0",))
+    ctx = harness.rollouts(backend=backend(api))
+
+    started = engine.start(ctx, plan, "plan.json")
+
+    assert started["standby"] == {"added": ["sim-h100-0"], "removed": ["sim-h200-0"]}
+    assert api.node("sim-h100-0")["spec"]["taints"] == [standby]
+    assert api.node("sim-h200-0")["spec"]["taints"] == []
+    tainted = [n for n in ("sim-a100-80-0", "sim-a100-40-0") if api.node(n)["spec"].get("taints")]
+    assert tainted == [] and started["action"] == "started"
+    events = [e.message for e in harness.ledger.events(started["rollout_id"])]
+    assert any("standby taint" in message and "sim-h100-0" in message for message in events)
+
+
+def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    # planner_standby turned off: the plan lists nothing, and the taint left by earlier plans goes; another
+    # controller's taint on the same node stays.
+    ours = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
+    theirs = {"key": "dedicated", "value": "llm", "effect": "NoSchedule"}
+    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[theirs, ours]))
+
+    started = engine.start(
+        harness.rollouts(backend=backend(api)), FleetPlan("packing", "v1", True, 60, ()), "p"
+    )
+
+    assert started == {
+        "rollout_id": None,
+        "action": "nothing to change",
+        "waves": [],
+        "standby": {"added": [], "removed": ["sim-h200-0"]},
+    }
+    assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]

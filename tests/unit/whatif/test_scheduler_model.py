@@ -156,3 +156,34 @@ def test_a_fractional_pod_prefers_an_mps_tenant_to_a_whole_gpu_on_a_node_it_woul
     preferring.back(second, "all-disabled", mps2)
     found = preferring.find(Ask(1, 0.4))
     assert found is not None and found[0].name == "n2"
+
+
+@pytest.mark.parametrize("scheduler", ["first-fit", "spread", "binpack"])
+def test_a_standby_node_is_opened_only_when_no_other_node_fits(scheduler: str) -> None:
+    # n1 (8 whole GPUs) and n3 (4 GPUs of 2 MPS tenants) are empty and carry the standby taint; n2 (2 GPUs)
+    # holds one pod. Every scheduler model puts a 1-GPU pod and a fractional one on n2's free GPU; a 4-GPU pod,
+    # which n2 cannot host, still goes to n1, and once n2 is full the fractional pod takes a tenant of n3.
+    mps2 = CATALOG.device_plugin_config_for(2)
+    fleet = ReplayFleet(
+        [
+            SimNode("n1", 8, MODEL, CATALOG, "all-disabled", "default"),
+            SimNode("n2", 2, MODEL, CATALOG, "all-disabled", "default"),
+            SimNode("n3", 4, MODEL, CATALOG, "all-disabled", mps2),
+        ],
+        scheduler,
+        prefer_shared=True,
+    )
+    n2 = fleet.nodes[1]
+    fleet.take(n2, 1, n2.fit(1, 1.0) or [], 1.0)
+    untainted = fleet.find(Ask(1, 1.0))
+    assert untainted is not None and untainted[0].name == ("n2" if scheduler == "binpack" else "n1")
+    fleet.standby[[0, 2]] = True
+    # The taint outweighs the fractional pod's preference for MPS tenants (TaintToleration 3 > NodeAffinity 2).
+    for ask in (Ask(1, 1.0), Ask(1, 0.4)):
+        found = fleet.find(ask)
+        assert found is not None and found[0].name == "n2"
+    found = fleet.find(Ask(4, 1.0))
+    assert found is not None and found[0].name == "n1"
+    fleet.take(n2, 2, n2.fit(1, 1.0) or [], 1.0)
+    found = fleet.find(Ask(1, 0.4))
+    assert found is not None and found[0].name == "n3"
