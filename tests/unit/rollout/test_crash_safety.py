@@ -1,9 +1,11 @@
 """Crash safety against a MIG manager that takes its time: the task is killed after every single write to the
-cluster (cordon, eviction, label, annotation, uncordon) and run again, and every node ends fully changed or fully
-restored, uncordoned, with the resources its labels promise; no pod leaves but through an eviction."""
+cluster (standby taint, cordon, eviction, label, annotation, uncordon) and run again, and every node ends fully
+changed or fully restored, uncordoned, with the resources its labels promise, and the standby taint on exactly the
+plan's standby nodes; no pod leaves but through an eviction."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from slicewise.catalog import load_catalog
-from slicewise.cluster.base import ClusterBackend, GpuNode, GpuPod
+from slicewise.cluster.base import ClusterBackend, GpuNode, GpuPod, Taint
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.procedure import expected_allocatable
@@ -24,6 +26,7 @@ from .conftest import CHANGES, ENGINE, Harness, fleet_plan, healthy
 #: to minutes); meanwhile its state label still tells of the previous change. Three polls of the procedure.
 PICKUP_S = 15.0
 NODES = ["sim-a100-80-0", "sim-h100-1"]  # a MIG layout change and an MPS change
+STANDBY = ("sim-a100-40-0", "sim-h200-0")  # the plan's standby list: two more writes, at the start
 
 
 class Killed(BaseException):
@@ -67,6 +70,11 @@ class Dying:
         self._wrote("annotations", node)
         return written
 
+    def set_taint(self, node: str, taint: Taint, present: bool) -> GpuNode:
+        written = self.backend.set_taint(node, taint, present)
+        self._wrote("taint", node)
+        return written
+
     def cordon(self, node: str) -> GpuNode:
         written = self.backend.cordon(node)
         self._wrote("cordon", node)
@@ -103,9 +111,15 @@ def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[
     """The rollout DAG's tasks in order; a killed task is run again in a fresh process (a fresh backend
     wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used."""
     used = [backend]
-    plan = fleet_plan(NODES)
+    plan = dataclasses.replace(fleet_plan(NODES), standby=STANDBY)
     ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2)
-    rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
+    try:
+        rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
+    except Killed:
+        retry = Dying(backend.backend)
+        used.append(retry)
+        ctx = harness.rollouts(backend=retry, shares=(1.0,), max_in_flight=2)
+        rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
     tasks: list[Callable[[Any], object]] = []
     for index in range(len(harness.ledger.waves(rollout_id))):
         tasks += [
@@ -166,6 +180,10 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
         assert have == wanted, (name, record, node.labels.get("nvidia.com/mig.config.state"))
     for wrapper in used:
         assert all(wrapper.drainable.get(pod) for pod in wrapper.evicted)
+    tainted = {n.name for n in cluster.list_nodes() if any(t.key == "slicewise.io/standby" for t in n.taints)}
+    assert tainted == set(STANDBY)
+    taint_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "taint"]
+    assert sorted(taint_writes) == sorted(STANDBY)  # each written once, also across a kill
 
 
 def _degraded(query: str, baseline: bool) -> float | None:
