@@ -221,7 +221,7 @@ def test_the_fleet_page_shows_nodes_layouts_last_changes_and_dwell(api: Api, ful
         "sim-h200-0",
     ]
     changed = _row(page, "fleet", fleet_data.CHANGED_NODE)
-    assert changed[1:6] == ["4 x NVIDIA-A100-SXM4-80GB", "all-balanced", "success", "default", "no"]
+    assert changed[1:6] == ["4 x NVIDIA-A100-SXM4-80GB", "all-balanced", "success", "default", "open"]
     assert changed[7] == "2026-11-29 07:04 UTC"  # the ledger: the promoted rollout finished the node then
     assert re.fullmatch(r"(39|40) min left \(until .* UTC\)", changed[8]), changed[8]
     untouched = _row(page, "fleet", "sim-h100-1")

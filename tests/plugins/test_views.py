@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, Taint
 from slicewise.ui import cost, sources, tables, views
 from slicewise.ui.mount import LazyApp
 from tests.plugins import fleet_data
@@ -50,6 +50,10 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
         node("b", changed="2026-11-29T09:00:00", device_plugin_config="mps-4"),  # naive: read as UTC
         # An unreadable annotation counts as no change, as the planner reads it.
         node("c", changed="yesterday-ish", mig_config="", mig_config_state=""),
+        node(
+            "d",
+            taints=(Taint("slicewise.io/standby", "PreferNoSchedule"), Taint("dedicated", "NoSchedule", "x")),
+        ),
     ]
     ledger = {"a": NOW - timedelta(minutes=26), "b": None}
     table = views.fleet_table(nodes, ledger, 1.5, NOW)
@@ -60,13 +64,14 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
         "all-balanced",
         "success",
         "(default)",
-        "yes",
+        "cordoned",
         "2026-11-29 11:35 UTC",
         "2026-11-29 11:34 UTC",
         "1 h 05 min left (until 2026-11-29 13:05 UTC)",
         "plans it",
     )
-    assert table.rows[1][4:] == ("mps-4", "no", "2026-11-29 09:00 UTC", "-", "free", "plans it")
+    assert table.rows[1][4:] == ("mps-4", "open", "2026-11-29 09:00 UTC", "-", "free", "plans it")
+    assert table.rows[3][5] == "standby (opened last)"  # the planner's PreferNoSchedule taint
     assert table.rows[2][2:4] == ("(none)", "-")
     assert table.rows[2][6:9] == ("-", "-", "free (never changed)")
     # The ledger could not be read: the column says so instead of "never".

@@ -74,6 +74,10 @@ class Taint:
     value: str = ""
 
 
+#: The planner's standby nodes (``planning.standby``): the scheduler opens them only when no other node fits.
+STANDBY_TAINT = Taint("slicewise.io/standby", "PreferNoSchedule")
+
+
 @dataclass(frozen=True)
 class GpuNode:
     """A managed GPU node as the GPU Operator and GPU Feature Discovery describe it."""

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
+from slicewise.cluster.base import STANDBY_TAINT
 from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
@@ -22,7 +23,7 @@ from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.reserve import reserve
-from slicewise.planning.standby import TAINT_EFFECT, TAINT_KEY, standby
+from slicewise.planning.standby import standby
 from slicewise.planning.types import (
     BLOCKED,
     CHANGE,
@@ -101,7 +102,7 @@ def plan_fleet(
     if standby_nodes:
         notes.append(
             f"standby: {len(standby_nodes)} empty nodes larger than the fleet's smallest get the taint "
-            f"{TAINT_KEY}:{TAINT_EFFECT} (opened only when no other node fits; apply mode writes it): "
+            f"{STANDBY_TAINT.key}:{STANDBY_TAINT.effect} (opened only when no other node fits; apply mode writes it): "
             + _shown(standby_nodes)
         )
     return FleetPlan(

@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from slicewise.cluster.base import ClusterBackend, Taint
-from slicewise.planning.standby import TAINT_EFFECT, TAINT_KEY
+from slicewise.cluster.base import STANDBY_TAINT as STANDBY
+from slicewise.cluster.base import ClusterBackend
 from slicewise.planning.types import FleetPlan
 
 log = logging.getLogger(__name__)
-
-STANDBY = Taint(TAINT_KEY, TAINT_EFFECT)
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class Marked:
 
     def describe(self) -> str:
         return (
-            f"standby taint {TAINT_KEY}:{TAINT_EFFECT} added on {len(self.added)} nodes "
+            f"standby taint {STANDBY.key}:{STANDBY.effect} added on {len(self.added)} nodes "
             f"({', '.join(self.added) or '-'}), removed from {len(self.removed)} ({', '.join(self.removed) or '-'})"
         )
 

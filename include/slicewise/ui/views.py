@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_TAINT, GpuNode
 from slicewise.ui.tables import Link, Table, at, is_number, number
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ FLEET_COLUMNS = (
     "mig.config",
     "mig.config.state",
     "device-plugin.config",
-    "cordoned",
+    "scheduling",
     "last change (annotation)",
     "last change (ledger)",
     "dwell",
@@ -87,7 +87,7 @@ def fleet_table(
                 node.mig_config or "(none)",
                 node.mig_config_state or "-",
                 node.device_plugin_config or "(default)",
-                "yes" if node.unschedulable else "no",
+                _scheduling(node),
                 at(changed),
                 ledger,
                 dwell,
@@ -95,6 +95,16 @@ def fleet_table(
             )
         )
     return Table(FLEET_COLUMNS, tuple(rows))
+
+
+def _scheduling(node: GpuNode) -> str:
+    """Cordoned, a standby node (the planner's ``PreferNoSchedule`` taint: pods go there only when no other node
+    fits), or open."""
+    if node.unschedulable:
+        return "cordoned"
+    if any((t.key, t.effect) == (STANDBY_TAINT.key, STANDBY_TAINT.effect) for t in node.taints):
+        return "standby (opened last)"
+    return "open"
 
 
 def model_counts(nodes: Iterable[GpuNode]) -> Table:
