@@ -6,11 +6,13 @@ eviction costs no run time; the window is fixed at 0-20,000 s so no figure depen
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
 
 from slicewise.catalog import load_catalog
+from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import Ask, ReplayFleet, SimNode
 from slicewise.whatif.metrics import PolicyResult
@@ -187,3 +189,26 @@ def test_a_standby_node_is_opened_only_when_no_other_node_fits(scheduler: str) -
     fleet.take(n2, 2, n2.fit(1, 1.0) or [], 1.0)
     found = fleet.find(Ask(1, 0.4))
     assert found is not None and found[0].name == "n3"
+
+
+@pytest.mark.parametrize(
+    ("standby", "node_gpu_hours"), [(False, (800 + 8 * 3600) / 3600), (True, 800 / 3600 + 2)]
+)
+def test_the_planner_s_standby_list_sends_the_next_pod_to_the_small_node(
+    standby: bool, node_gpu_hours: float
+) -> None:
+    # big (8 GPUs) comes first in name order, small has 2. a runs 0-100 s on big (no plan yet). The plan at
+    # 3600 s finds both empty and lists big as standby; b (1 GPU, 4000-7600 s) then starts small, not big.
+    # Node-GPU-hours: a holds big's 8 GPUs for 100 s; b holds 2 (standby) or 8 GPUs for an hour.
+    nodes = [TraceNode("big", 8, "T4"), TraceNode("small", 2, "T4")]
+    config = BacktestConfig(
+        gpu_model="A100-80GB",
+        reconfigure_s=100.0,
+        eviction_cost_s=0.0,
+        price_per_gpu_hour=2.0,
+        planner=dataclasses.replace(PlannerConfig(), standby=standby),
+    )
+    pods = (pod("a", 0, 100, 1.0), pod("b", 4000, 3600, 1.0))
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, END)).run()
+    assert result.wait_mean_s == 0
+    assert result.node_gpu_hours == pytest.approx(node_gpu_hours)
