@@ -73,6 +73,10 @@ class Taint:
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
     value: str = ""
 
+    def same(self, other: Taint) -> bool:
+        """The same taint as the API server tells them apart: by key and effect."""
+        return (self.key, self.effect) == (other.key, other.effect)
+
 
 #: The planner's standby nodes (``planning.standby``): the scheduler opens them only when no other node fits.
 STANDBY_TAINT = Taint("slicewise.io/standby", "PreferNoSchedule")
@@ -94,6 +98,9 @@ class GpuNode:
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
     taints: tuple[Taint, ...] = ()
+
+    def has_taint(self, taint: Taint) -> bool:
+        return any(t.same(taint) for t in self.taints)
 
     def hands_off(self) -> str:
         """Why Slicewise must not plan or change this node ("" when it may): its GPUs are the NVIDIA DRA

@@ -212,7 +212,7 @@ class KubernetesCluster:
         so the whole list is written, guarded by the resourceVersion it was read at (a conflict re-reads)."""
 
         def plan(current: GpuNode, after_conflict: bool) -> dict[str, Any] | None:
-            others = [t for t in current.taints if (t.key, t.effect) != (taint.key, taint.effect)]
+            others = [t for t in current.taints if not t.same(taint)]
             if (len(others) < len(current.taints)) == present:
                 return None
             wanted = [*others, taint] if present else others

@@ -36,9 +36,8 @@ def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> Marked:
     added: list[str] = []
     removed: list[str] = []
     for node in backend.list_nodes():
-        has = any((t.key, t.effect) == (STANDBY.key, STANDBY.effect) for t in node.taints)
         want = node.name in wanted
-        if has != want:
+        if node.has_taint(STANDBY) != want:
             backend.set_taint(node.name, STANDBY, want)
             (added if want else removed).append(node.name)
     marked = Marked(tuple(added), tuple(removed))

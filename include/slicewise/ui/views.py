@@ -102,7 +102,7 @@ def _scheduling(node: GpuNode) -> str:
     fits), or open."""
     if node.unschedulable:
         return "cordoned"
-    if any((t.key, t.effect) == (STANDBY_TAINT.key, STANDBY_TAINT.effect) for t in node.taints):
+    if node.has_taint(STANDBY_TAINT):
         return "standby (opened last)"
     return "open"
 
