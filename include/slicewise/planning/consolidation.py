@@ -14,9 +14,17 @@ pinned to the one node of its model that other pods fill would otherwise wait th
 GPUs released (``RELEASE_WEIGHT`` each) — beats the pods' eviction cost (their share x
 ``planner_eviction_cost_s``) by the hysteresis. The plan is a ``change`` to the configuration the node already
 has: the rollout cordons it, evicts its pods through the Eviction API (PodDisruptionBudgets respected, bare pods
-never), and uncordons it, empty.
+never), and uncordons it, empty. A node that shares its GPUs by MPS is a donor too when, emptied **and with MPS
+off**, it hosts such requests: the plan then also switches it to the device plugin's ``default`` config (the same
+drain, then the label). Without that a node of a few fractional pods under MPS, the only one a pinned whole-GPU pod
+may use, kept it waiting for weeks in the backtest (``gpuspec10`` with every GPU modelled as an A100: the shared
+reserve had switched the fleet's one V100 node to MPS while it was empty; docs/backtest.md). A MIG node is not a
+donor: its own plan weighs switching MIG off for whole-GPU requests, evicting its MIG pods.
 
-Donors are tried least loaded first; the room they use is not offered twice, and a donor is no receiver.
+Donors are tried without MPS first (an MPS donor takes tenants from the fractional pods, which the shared reserve
+then makes again elsewhere: trying them in load order alone spent 5 % more node-GPU-hours on a `gpuspec10` sample
+with the bin-packing profile), then least loaded first; the room they use is not offered twice, and a donor is no
+receiver.
 
 A pod moves only to a node its node selector allows (``GpuPod.node_selector``: a pin to a GPU product, say).
 """
@@ -37,7 +45,7 @@ from slicewise.planning.demand import EPS, Pool, Request
 from slicewise.planning.node import NodeContext, describe_pod
 from slicewise.planning.packing import Candidate, Slot
 from slicewise.planning.proposal import Proposal
-from slicewise.planning.types import CHANGE, KEEP, NodePlan
+from slicewise.planning.types import CHANGE, KEEP, DesiredState, NodePlan
 
 OFF, WHOLE_GPUS_ONLY, NODES = "off", "whole-gpus", "nodes"
 MODES = (OFF, WHOLE_GPUS_ONLY, NODES)
@@ -86,7 +94,7 @@ def consolidate(
     room = {item.ctx.name: _room(item, catalog) for item in planned if item.plan.action in (KEEP, CHANGE)}
     out: dict[str, NodePlan] = {}
     received: set[str] = set()
-    for item in sorted(planned, key=_load_then_name):
+    for item in sorted(planned, key=_donor_order):
         ctx = item.ctx
         if not _eligible(item, config, now) or ctx.name in received:
             continue  # a receiver of another donor's pods is no donor
@@ -113,7 +121,7 @@ def consolidate(
         received |= {name for name, free in receivers.items() if free != room[name]}
         room = receivers  # the room the moved pods take is gone; the donor receives nothing
         pool.take(hosted)
-        out[ctx.name] = _plan(item, hosted, held, gain, release, config)
+        out[ctx.name] = _plan(item, hosted, held, gain, release, config, catalog)
     return out
 
 
@@ -139,8 +147,10 @@ def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:
     return packing.place(item.ctx, candidate, hosting, packing.tenant_value(item.ctx)).free
 
 
-def _load_then_name(item: Planned) -> tuple[float, str]:
-    return (_held(item.ctx), item.ctx.name)
+def _donor_order(item: Planned) -> tuple[bool, float, str]:
+    """Nodes without MPS first (drained as they are, they leave the MPS tenants to the fractional pods), then the
+    least loaded, then by name."""
+    return (item.ctx.replicas != 1, _held(item.ctx), item.ctx.name)
 
 
 def _held(ctx: NodeContext) -> float:
@@ -168,15 +178,18 @@ def _pinned(request: Request) -> bool:
 
 
 def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
-    """The pending requests the node would host once empty, in its current configuration (whole GPUs): those
-    that need whole GPUs, then pinned smaller ones, one GPU each."""
-    if ctx.layout is not None or ctx.replicas != 1:
+    """The pending requests the node would host once empty: those that need whole GPUs, then pinned smaller ones,
+    one GPU each. A node under MPS counts only those that need whole GPUs, which it hosts once MPS is off (a pinned
+    smaller one would take a whole GPU where the evicted tenants shared one). None on a MIG node (its own plan weighs
+    switching MIG off, which its MIG pods never survive)."""
+    if ctx.layout is not None:
         return {}
     free = ctx.gpus
     hosted: dict[Request, float] = {}
     for request, count in pool:
         if (
-            not request.fits(GPU_RESOURCE, 1.0)  # a named MIG profile: no whole GPU hosts it
+            (ctx.replicas != 1 and not request.whole)
+            or not request.fits(GPU_RESOURCE, 1.0)  # a named MIG profile: no whole GPU hosts it
             or not request.allows(ctx.model.name, packing.labels_under(ctx.obs.node, 1))
             or request.gpus > free
         ):
@@ -220,12 +233,17 @@ def _plan(
     gain: float,
     release: bool,
     config: PlannerConfig,
+    catalog: Catalog,
 ) -> NodePlan:
     pods = tuple(describe_pod(pod) for pod in item.ctx.obs.pods)
     reasons = [f"{len(pods)} pods holding {held:.2f} GPU-eq fit the room other nodes keep under their plans"]
+    desired = item.plan.current  # drained as it is, whatever its own proposal was
     if hosted:
         asked = ", ".join(f"{count:g} x {r.label}" for r, count in hosted.items())
         reasons.append(f"emptied, it hosts pending pods that need whole GPUs or may run only here: {asked}")
+        desired = _whole_gpus(item.ctx, catalog)
+        if desired != item.plan.current:
+            reasons.append(f"MPS off for them: {desired.describe()}")
     if release:
         reasons.append(f"emptied, its {item.ctx.gpus} GPUs can be released (planner_consolidation=nodes)")
     reasons.append(
@@ -234,7 +252,7 @@ def _plan(
     served = packing.served_by_label(hosted)
     return dataclasses.replace(
         item.plan,
-        desired=item.plan.current,  # drained as it is, whatever its own proposal was
+        desired=desired,
         action=CHANGE,
         rule=RULE,
         reasons=(*item.plan.reasons, *reasons),
@@ -242,3 +260,10 @@ def _plan(
         disruption=pods,
         pending_served=served,
     )
+
+
+def _whole_gpus(ctx: NodeContext, catalog: Catalog) -> DesiredState:
+    """The node's configuration without MPS tenants (MIG stays off: only nodes without MIG host whole GPUs here)."""
+    if ctx.replicas == 1:
+        return ctx.current
+    return DesiredState(ctx.current.mig_config, catalog.device_plugin_config_for(1))

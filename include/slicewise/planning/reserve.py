@@ -10,8 +10,9 @@ the fractional pods of at most ``1 / RESERVE_REPLICAS`` of a GPU that run or wai
 ``planner_shared_reserve`` times as many tenants (0 turns it off). Where the fleet's MPS nodes have fewer tenants,
 nodes with no GPU pod and whole GPUs (MIG disabled, no MPS) are switched to ``RESERVE_REPLICAS`` tenants per GPU,
 smallest first, none with more GPUs than the missing tenants need unless it has at most ``SMALL_NODE_GPUS`` (large
-nodes stay whole for pods that need several GPUs), and at most half the GPUs of any one GPU model (a whole-GPU pod
-pinned to a model has only that model's nodes): nothing is evicted. Never while a whole-GPU request has waited most
+nodes stay whole for pods that need several GPUs), and at most half the GPUs of any one kind of node — its GPU
+model and its values of the node labels that pods' selectors name (a whole-GPU pod pinned to a model or a label has
+only those nodes) —: nothing is evicted. Never while a whole-GPU request has waited most
 of the last hour (whole GPUs come first; the per-node pass switches an empty reserve node back for it) or in a run
 that consolidates a node, never inside a node's dwell time, and within the hourly change budget like every change.
 
@@ -68,18 +69,19 @@ def reserve(
         if any(_fits_tenant(request, tenant) for request in packing.pod_requests(pod))
     ]
     pending = [(request, count) for request, count in pool if _fits_tenant(request, tenant)]
-    # MPS tenants in the fleet, and per GPU model its GPUs and those under MPS. A pod pinned to a model (a
-    # gpu_spec, a product nodeSelector) that needs a whole GPU has only that model's nodes: the reserve leaves at
-    # least half of them whole.
+    # MPS tenants in the fleet, and per kind of node its GPUs and those under MPS. A pod pinned to a model (a
+    # gpu_spec, a product nodeSelector) or to another node label that needs a whole GPU has only that kind's
+    # nodes: the reserve leaves at least half of them whole.
+    keys = _pinned_label_keys(planned, pool)
     have = 0
-    gpus_of: Counter[str] = Counter()
-    shared_of: Counter[str] = Counter()
+    gpus_of: Counter[tuple[str, ...]] = Counter()
+    shared_of: Counter[tuple[str, ...]] = Counter()
     for item in planned:
         per_gpu = _tenants_per_gpu(plans[item.ctx.name], catalog)
         have += item.ctx.gpus * per_gpu
-        gpus_of[item.ctx.model.name] += item.ctx.gpus
+        gpus_of[_kind(item, keys)] += item.ctx.gpus
         if per_gpu:
-            shared_of[item.ctx.model.name] += item.ctx.gpus
+            shared_of[_kind(item, keys)] += item.ctx.gpus
     out: dict[str, NodePlan] = {}
     for item in sorted(planned, key=lambda item: (item.ctx.gpus, item.ctx.name)):
         if not _switchable(item, plans[item.ctx.name], config, now):
@@ -95,9 +97,9 @@ def reserve(
             continue
         if item.ctx.gpus > max(SMALL_NODE_GPUS, math.ceil((wanted - have) / RESERVE_REPLICAS)):
             continue  # more GPUs than the missing tenants need: a large node stays whole for whole-GPU pods
-        model = item.ctx.model.name
-        if (shared_of[model] + item.ctx.gpus) * 2 > gpus_of[model]:
-            continue  # half of this model's GPUs are shared already (or would be): the rest stay whole
+        kind = _kind(item, keys)
+        if (shared_of[kind] + item.ctx.gpus) * 2 > gpus_of[kind]:
+            continue  # half of this kind's GPUs are shared already (or would be): the rest stay whole
         tenants = item.ctx.gpus * RESERVE_REPLICAS
         filled = max(0, min(tenants, math.floor(small) - have))
         desired = DesiredState(
@@ -120,8 +122,22 @@ def reserve(
             pending_served={},
         )
         have += tenants
-        shared_of[model] += item.ctx.gpus
+        shared_of[kind] += item.ctx.gpus
     return out
+
+
+def _pinned_label_keys(planned: Sequence[Planned], pool: Pool) -> tuple[str, ...]:
+    """The node labels that running pods' node selectors and pending requests' selectors name, other than those a
+    plan rewrites (the product, the sharing labels: the GPU model stands for them)."""
+    keys = {key for item in planned for pod in item.ctx.obs.pods for key in pod.node_selector}
+    keys |= {key for request, _ in pool for key, _ in request.selector}
+    return tuple(sorted(keys - set(packing.PLANNED_LABELS)))
+
+
+def _kind(item: Planned, keys: Sequence[str]) -> tuple[str, ...]:
+    """What a pinned pod tells the node by: its GPU model and its values of the labels pods pin on."""
+    labels = item.ctx.obs.node.labels
+    return (item.ctx.model.name, *(labels.get(key, "") for key in keys))
 
 
 def _tenants_per_gpu(plan: NodePlan, catalog: Catalog) -> int:

@@ -8,6 +8,7 @@ import pytest
 
 from slicewise.catalog import Catalog
 from slicewise.catalog.resources import WHOLE_GPUS
+from slicewise.cluster.base import GpuNode, GpuPod
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE
@@ -132,3 +133,42 @@ def test_a_pinned_request_no_whole_gpu_can_host_empties_no_node(catalog: Catalog
 
     assert plans(GPU, 0.9)[0] == RULE
     assert RULE not in plans("nvidia.com/mig-1g.10gb", None)
+
+
+def _shared_donor_plan(
+    catalog: Catalog, donor: GpuNode, donor_pods: list[GpuPod], receiver: GpuNode, demand: DemandForecast
+) -> FleetPlan:
+    loads = whole_gpu_load(donor.name, donor.gpu_count, 0.3) + whole_gpu_load(
+        receiver.name, receiver.gpu_count, 0.1
+    )
+    return plan_fleet(
+        [observe(donor, *donor_pods), observe(receiver)],
+        Forecasts(tuple(loads), (demand,), "p90_last_hour", True),
+        catalog,
+        PlannerConfig(max_change_share=1.0, eviction_cost_s=300.0),
+        NOW,
+    )
+
+
+def test_an_mps_node_that_alone_may_host_a_pinned_whole_gpu_pod_is_emptied_and_switched_to_whole_gpus(
+    catalog: Catalog,
+) -> None:
+    # v100: the fleet's one V100 GPU, under MPS (2 tenants), both taken by 0.4-GPU pods. A pod pinned to V100s
+    # that needs a whole GPU waited most of the last hour: MPS cannot host it, and whole GPUs cannot host both
+    # running pods, so v100's own plan keeps it. t4's four free GPUs take the two pods.
+    mps = catalog.device_plugin_config_for(2)
+    v100 = node("v100", model="V100-16GB", mig_config="all-disabled", plugin=mps, gpus=1)
+    pods = [dataclasses.replace(pod(f"frac-{i}", "v100", GPU), share=0.4) for i in (1, 2)]
+    t4 = node("t4", model="T4-16GB", mig_config="all-disabled", gpus=4)
+    pinned = DemandForecast(WHOLE_GPUS, 1.0, 1.0, gpus=1, models=("V100-16GB",))
+    receiver, donor = _shared_donor_plan(catalog, v100, pods, t4, pinned).nodes  # in name order
+    assert donor.action == CHANGE and donor.rule == RULE
+    assert donor.desired.device_plugin_config == "default"  # MPS off
+    assert donor.desired.mig_config == donor.current.mig_config
+    assert donor.disruption == ("team/frac-1 (ReplicaSet)", "team/frac-2 (ReplicaSet)")
+    assert sum(donor.pending_served.values()) == 1
+    assert any(reason.startswith("MPS off for them") for reason in donor.reasons)
+    assert receiver.action == KEEP
+    # Without the pin the T4 hosts the pod on a free GPU: nothing is evicted.
+    anywhere = DemandForecast(WHOLE_GPUS, 1.0, 1.0, gpus=1)
+    assert all(p.rule != RULE for p in _shared_donor_plan(catalog, v100, pods, t4, anywhere).nodes)

@@ -130,3 +130,19 @@ def test_at_most_half_the_gpus_of_a_model_join_so_pods_pinned_to_it_keep_whole_o
     pods = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4)]
     plans = plan(catalog, (t4("busy", 4), pods), [v100, t4("small", 2)])
     assert plans["v100"].action == KEEP and plans["small"].rule == RULE
+
+
+def test_a_node_label_that_pods_pin_on_counts_as_a_kind_of_node_too(catalog: Catalog) -> None:
+    # A whole-GPU pod pins itself to nodes labelled pool=x by its node selector (it runs on busy, which lost the
+    # label since); the 1-GPU T4 "only-x" is the one node left with it. Without pins it would join first (the
+    # smallest); with the pin it is all its kind's GPUs, and the reserve takes at most half of a kind.
+    pool = "example.com/pool"
+    only_x = dataclasses.replace(t4("only-x", 1), labels={pool: "x"})
+    busy = t4("busy", 4)
+    pinned = dataclasses.replace(pod("w-1", "busy", GPU), node_selector={pool: ("x",)})
+    pods = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), pinned]
+    plans = plan(catalog, (busy, pods), [only_x, t4("small", 2)])
+    assert plans["only-x"].action == KEEP and plans["small"].rule == RULE
+    # The same fleet with no pod pinning on the label: the 1-GPU node joins, as the smallest.
+    unpinned = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), pod("w-1", "busy", GPU)]
+    assert plan(catalog, (busy, unpinned), [only_x, t4("small", 2)])["only-x"].rule == RULE
