@@ -3,18 +3,19 @@
 
 Every Monday at 02:30 UTC, replays the **previous 7 days of this cluster's validated metrics** under `static`
 (whole GPUs, nothing changes), Slicewise's `packing` planner **once per consolidation mode** (`packing/off`,
-`packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings) and `ideal` (the bound), and
-publishes the comparison: what Slicewise's decisions would have bought on this cluster's own load, and which
-`planner_consolidation` waited least and which used the fewest node-GPU-hours (docs/backtest.md, "The what-if
-review").
+`packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings), `packing` once more with
+`planner_standby` the other way round, and `ideal` (the bound), and publishes the comparison: what Slicewise's
+decisions would have bought on this cluster's own load, which `planner_consolidation` waited least and which used
+the fewest node-GPU-hours, and what the standby setting trades (docs/backtest.md, "The what-if review").
 
 | task | does |
 |---|---|
-| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation choice; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
+| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation and standby choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
 
 Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, default: this run's hour),
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
-bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes).
+bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
+`compare_standby` (default true).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ from slicewise.errors import task_outcome
             pattern=r"^(all|(off|whole-gpus|nodes)(,(off|whole-gpus|nodes))*)$",
             description="Consolidation modes to compare: all, or comma-separated of off, whole-gpus, nodes.",
         ),
+        "compare_standby": Param(
+            True,
+            type="boolean",
+            description="Replay packing once more with planner_standby the other way round.",
+        ),
     },
     doc_md=__doc__,
 )
@@ -81,9 +87,15 @@ def gpu_whatif_review() -> None:
         since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
         modes = parse_modes(params["consolidation"])  # the Param's pattern admits only valid ones
         summary = run_review(
-            task_settings(params), since, until, params["scheduler"], modes, params["prefer_shared"]
+            task_settings(params),
+            since,
+            until,
+            params["scheduler"],
+            modes,
+            params["prefer_shared"],
+            params["compare_standby"],
         )
-        for line in summary["consolidation_choice"]:
+        for line in [*summary["consolidation_choice"], *summary["standby_choice"]]:
             logging.getLogger(__name__).info("%s", line)
         outlet_events[WHATIF_REVIEW].extra = summary
         return summary

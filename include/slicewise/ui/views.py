@@ -204,7 +204,9 @@ REVIEW_COLUMNS = ("policy", "mean wait s", "vs static", "node-GPU-h", "vs static
 @dataclass(frozen=True)
 class ReviewView:
     facts: tuple[tuple[str, str], ...]
-    choice: tuple[str, ...]  # the consolidation choice, one line per policy replayed once per mode
+    choice: tuple[
+        str, ...
+    ]  # the consolidation choice (a line per policy replayed once per mode), then standby's
     table: Table
 
 
@@ -227,7 +229,9 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
         ("pods, nodes", f"{number(trace.get('pods'))}, {number(trace.get('nodes'))}"),
         ("scheduler model", str(model.get("scheduler", "-"))),
     )
-    choice = tuple(str(line) for line in summary.get("consolidation_choice") or ())
+    choice = tuple(
+        str(line) for key in ("consolidation_choice", "standby_choice") for line in summary.get(key) or ()
+    )
 
     def cut(figures: Mapping[str, Any], metric: str) -> str:
         value = figures.get(f"{metric}_vs_static")

@@ -116,6 +116,12 @@ def register(subparsers: Any) -> None:
         "opens them last (planner_standby; default as production)",
     )
     parser.add_argument(
+        "--compare-standby",
+        action="store_true",
+        help="replay packing once more with --standby the other way round, and print what the setting trades "
+        "(mean wait, node-GPU-hours)",
+    )
+    parser.add_argument(
         "--node-share", type=float, default=1.0, help="replay on this share of the nodes (default 1: all)"
     )
     parser.add_argument(
@@ -190,7 +196,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     from slicewise.catalog import load_catalog
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.gpus import parse_model_map
-    from slicewise.whatif.policies import parse_policies, per_consolidation
+    from slicewise.whatif.policies import parse_policies, per_consolidation, with_standby_flipped
     from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
     policies = per_consolidation(parse_policies(args.policies), args.consolidation)
@@ -199,6 +205,18 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             "several --consolidation modes compare only policies of the packing planner (reactive, packing, "
             "oracle); none is among --policies"
         )
+    base = BacktestConfig()
+    consolidation = args.consolidation[0] if len(args.consolidation) == 1 else base.planner.consolidation
+    if args.compare_standby:
+        compared = with_standby_flipped(policies, args.standby, consolidation)
+        if len(compared) == len(policies):
+            raise ValueError("--compare-standby compares the packing policy, which is not among --policies")
+        if consolidation not in args.consolidation:
+            raise ValueError(
+                f"--compare-standby compares in production's consolidation mode ({consolidation}): give it among "
+                "--consolidation"
+            )
+        policies = compared
     catalog = load_catalog()
     if args.prometheus:
         trace, nodes = _from_prometheus(args, catalog)
@@ -221,7 +239,6 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     fleet = spread_sample(nodes, args.node_share, args.node_offset)
     # Sizing samples the fleet further: a pod is left out only when no node of the whole fleet fits it.
     trace = hostable_on(trace, fleet)
-    base = BacktestConfig()
     config = BacktestConfig.priced(
         gpu_model=args.gpu_model,
         model_map=parse_model_map(args.model_map),
@@ -236,9 +253,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             plan_gpus_without_mig=not args.leave_gpus_without_mig,
             split_layouts=args.split_layouts,
             # With several modes, each packing-planner policy carries its own; the rest keep production's.
-            consolidation=args.consolidation[0]
-            if len(args.consolidation) == 1
-            else base.planner.consolidation,
+            consolidation=consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
             release_below=args.release_below,
             shared_reserve=args.shared_reserve,
@@ -289,7 +304,7 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
-    for line in report.consolidation_choice(backtest):
+    for line in [*report.consolidation_choice(backtest), *report.standby_choice(backtest)]:
         print(line)
     print(
         f"\n{len(trace.pods):,} pods, {len(fleet):,} nodes, {sum(n.gpus for n in fleet):,} GPUs; "

@@ -120,6 +120,7 @@ class Replay:
             config.planner,
             policy=policy.planner or config.planner.policy,
             consolidation=policy.consolidation or config.planner.consolidation,
+            standby=config.planner.standby if policy.standby is None else policy.standby,
         )
         self.start, self.end = window
         models = config.fleet_models(nodes, catalog)

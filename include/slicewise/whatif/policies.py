@@ -42,6 +42,7 @@ class Policy:
     planner: str | None  # planner policy run every hour; None: the layout never changes
     view: str = FORECAST  # what the planner is fed: now | forecast | future
     consolidation: str | None = None  # planner_consolidation for this policy; None: the backtest's
+    standby: bool | None = None  # planner_standby for this policy; None: the backtest's
 
 
 def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
@@ -55,6 +56,28 @@ def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[
         for p in policies
         for mode in (modes if p.planner == "packing" else modes[:1])
     ]
+
+
+def standby_flipped_name(standby: bool) -> str:
+    """The name of ``packing`` replayed with ``planner_standby`` = ``standby``, the other way round from the
+    backtest's setting (no ``/``: it is not one of the consolidation modes)."""
+    return f"packing, standby {'on' if standby else 'off'}"
+
+
+def with_standby_flipped(policies: Sequence[Policy], standby: bool, consolidation: str) -> list[Policy]:
+    """``policies`` and, where ``packing`` is among them, ``packing`` once more after its last row with
+    ``planner_standby`` the other way round from ``standby`` (the setting), in the ``consolidation`` mode given
+    (the setting's): the pair :func:`slicewise.whatif.report.standby_choice` compares."""
+    rows = [i for i, p in enumerate(policies) if p.name == "packing" or p.name.startswith("packing/")]
+    if not rows:
+        return list(policies)
+    flipped = replace(
+        POLICIES["packing"],
+        name=standby_flipped_name(not standby),
+        consolidation=consolidation,
+        standby=not standby,
+    )
+    return [*policies[: rows[-1] + 1], flipped, *policies[rows[-1] + 1 :]]
 
 
 POLICIES: dict[str, Policy] = {

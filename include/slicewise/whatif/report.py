@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.costs.page import table
 from slicewise.costs.plots import new_figure, png_base64
+from slicewise.whatif.policies import standby_flipped_name
 from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
@@ -55,10 +56,12 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "consolidation": config.planner.consolidation,
                 "release_below": config.planner.release_below,
                 "shared_reserve": config.planner.shared_reserve,
+                "standby": config.planner.standby,
             },
         },
         "seconds": round(backtest.seconds, 1),
         "consolidation_choice": consolidation_choice(backtest),
+        "standby_choice": standby_choice(backtest),
     }
 
 
@@ -163,6 +166,40 @@ def consolidation_choice(backtest: Backtest) -> list[str]:
     return lines
 
 
+def standby_choice(backtest: Backtest) -> list[str]:
+    """With ``packing`` replayed with ``planner_standby`` the other way round too
+    (:func:`slicewise.whatif.policies.with_standby_flipped`): one line comparing it with ``packing`` under the
+    setting (the ``packing`` row, or ``packing/<the setting's mode>`` when modes are compared) — mean wait and
+    node-GPU-hours, what the setting trades; none otherwise."""
+    planner = backtest.config.planner
+    flipped = backtest.results.get(standby_flipped_name(not planner.standby))
+    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
+    if flipped is None or mine is None:
+        return []
+
+    def on_off(value: bool) -> str:
+        return "on" if value else "off"
+
+    line = (
+        f"packing with standby {on_off(planner.standby)} (the setting): {mine.wait_mean_s:,.0f} s mean wait, "
+        f"{mine.node_gpu_hours:,.0f} node-GPU-hours; standby {on_off(not planner.standby)}: "
+        f"{flipped.wait_mean_s:,.0f} s ({_change(mine.wait_mean_s, flipped.wait_mean_s)}), "
+    )
+    if flipped.still_waiting != mine.still_waiting:
+        return [
+            line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours, not comparable: pods never served "
+            f"{mine.still_waiting:,} with the setting, {flipped.still_waiting:,} without"
+        ]
+    return [
+        line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours "
+        f"({_change(mine.node_gpu_hours, flipped.node_gpu_hours)})"
+    ]
+
+
+def _change(before: float, after: float) -> str:
+    return f"{(after - before) / before:+.1%}" if before > 0 else "n/a"
+
+
 def _best(by_mode: dict[str, PolicyResult], figure: Callable[[PolicyResult], float]) -> list[str]:
     """The modes whose ``figure`` (rounded as printed) is the lowest, in their order."""
     low = min(figure(r) for r in by_mode.values())
@@ -237,7 +274,7 @@ Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
 <code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
 What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
-{"".join(f"<p>{html.escape(line)}</p>" for line in data["consolidation_choice"])}
+{"".join(f"<p>{html.escape(line)}</p>" for line in [*data["consolidation_choice"], *data["standby_choice"]])}
 {images}
 </body></html>
 """

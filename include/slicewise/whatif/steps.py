@@ -101,10 +101,13 @@ def run_review(
     scheduler: str,
     modes: Sequence[str],
     prefer_shared: bool = True,
+    compare_standby: bool = True,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
-    window, hours read and missing, each policy's headline figures, the consolidation choice and the paths.
-    ``prefer_shared``: whether the cluster's fractional pods prefer MPS nodes (the scheduler model's)."""
+    window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
+    paths. ``prefer_shared``: whether the cluster's fractional pods prefer MPS nodes (the scheduler model's);
+    ``compare_standby``: replay ``packing`` once more with ``planner_standby`` the other way round, in the
+    cluster's consolidation mode (when that mode is among ``modes``)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -113,7 +116,7 @@ def run_review(
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
-    from slicewise.whatif.policies import parse_policies, per_consolidation
+    from slicewise.whatif.policies import parse_policies, per_consolidation, with_standby_flipped
     from slicewise.whatif.run import Backtest, run_policies
     from slicewise.whatif.trace import TraceError, hostable_on
 
@@ -146,6 +149,10 @@ def run_review(
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
+    if (
+        compare_standby and planner.consolidation in modes
+    ):  # else the setting's row is not there to compare with
+        policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     results = run_policies(policies, trace, nodes, config, window, workers=1)
     source = f"validated metrics partitions {since.isoformat()} .. {until.isoformat()}"
@@ -176,6 +183,7 @@ def run_review(
         "pods": len(trace.pods),
         "nodes": len(nodes),
         "consolidation_choice": summary["consolidation_choice"],
+        "standby_choice": summary["standby_choice"],
         "policies": {
             name: {k: figures[k] for k in ("wait_mean_s", "node_gpu_hours", "pods_evicted", "still_waiting")}
             for name, figures in summary["policies"].items()

@@ -212,3 +212,33 @@ def test_the_planner_s_standby_list_sends_the_next_pod_to_the_small_node(
     result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, END)).run()
     assert result.wait_mean_s == 0
     assert result.node_gpu_hours == pytest.approx(node_gpu_hours)
+
+
+def test_the_standby_comparison_replays_packing_the_other_way_round_and_names_the_trade() -> None:
+    # The trace of the test above with standby on (the setting) and packing once more with it off
+    # (slicewise backtest --compare-standby, the what-if review): the same two figures, side by side.
+    from slicewise.whatif.policies import with_standby_flipped
+    from slicewise.whatif.report import standby_choice
+    from slicewise.whatif.run import Backtest, run_policies
+    from slicewise.whatif.trace import PodTrace
+
+    nodes = [TraceNode("big", 8, "T4"), TraceNode("small", 2, "T4")]
+    config = BacktestConfig(
+        gpu_model="A100-80GB", reconfigure_s=100.0, eviction_cost_s=0.0, price_per_gpu_hour=2.0
+    )
+    policies = with_standby_flipped([POLICIES["static"], POLICIES["packing"]], True, "whole-gpus")
+    assert [p.name for p in policies] == ["static", "packing", "packing, standby off"]
+    assert with_standby_flipped([POLICIES["static"]], True, "whole-gpus") == [POLICIES["static"]]
+    trace = PodTrace((pod("a", 0, 100, 1.0), pod("b", 4000, 3600, 1.0)), ())
+    results = run_policies(policies, trace, nodes, config, (0.0, END), workers=1)
+    assert results["packing"].node_gpu_hours == pytest.approx(800 / 3600 + 2)
+    assert results["packing, standby off"].node_gpu_hours == pytest.approx((800 + 8 * 3600) / 3600)
+    backtest = Backtest("pods", "nodes", trace, nodes, config, (0.0, END), results, 0.0)
+    # 2.22 -> 8.22 node-GPU-hours: +270.0 %; neither waits.
+    assert standby_choice(backtest) == [
+        "packing with standby on (the setting): 0 s mean wait, 2 node-GPU-hours; standby off: 0 s (n/a), "
+        "8 node-GPU-hours (+270.0%)"
+    ]
+    without = dict(results)
+    del without["packing, standby off"]
+    assert standby_choice(dataclasses.replace(backtest, results=without)) == []

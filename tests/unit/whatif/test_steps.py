@@ -40,18 +40,24 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
         "packing/off",
         "packing/whole-gpus",
         "packing/nodes",
+        "packing, standby off",  # the setting (on by default) the other way round, in the setting's mode
         "ideal",
     ]
     assert summary["pods"] > 0 and summary["nodes"] == len(Fleet.default().nodes)
     [choice] = summary["consolidation_choice"]
     assert choice.startswith("packing: least wait with planner_consolidation=")
+    [standby] = summary["standby_choice"]
+    mine = summary["policies"]["packing/whole-gpus"]
+    assert standby.startswith(
+        f"packing with standby on (the setting): {mine['wait_mean_s']:,.0f} s mean wait"
+    )
     folder = review_folder(root, DAY, until)
     assert store.read_manifest(folder) is not None  # published, not a half-written folder
     written = json.loads((folder / "summary.json").read_text())
     assert written["hours"] == summary["hours"] and written["model"]["scheduler"] == "spread"
     assert "least wait with planner_consolidation=" in (folder / "report.html").read_text()
     # What the "What-if" page reads (tests/plugins/fleet_data.REVIEW is shaped the same).
-    assert {"window", "hours", "trace", "model", "consolidation_choice"} <= set(written)
+    assert {"window", "hours", "trace", "model", "consolidation_choice", "standby_choice"} <= set(written)
     page_fields = {"wait_mean_s", "wait_cut_vs_static", "node_gpu_hours", "node_gpu_hours_cut_vs_static"}
     assert page_fields | {"pods_evicted", "still_waiting"} <= set(written["policies"]["packing/nodes"])
 
@@ -63,13 +69,26 @@ def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_
         "not parquet"
     )
     settings = load_settings(None, {"storage_root": str(root), "planner_consolidation": "nodes"})
-    summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off",), prefer_shared=False)
+    summary = run_review(
+        settings,
+        DAY,
+        DAY + timedelta(hours=4),
+        "spread",
+        ("off",),
+        prefer_shared=False,
+        compare_standby=False,
+    )
     assert summary["hours"] == {"read": 2, "missing_or_quarantined": 1, "unreadable": 1}
     assert list(summary["policies"]) == ["static", "packing", "ideal"]
+    assert summary["standby_choice"] == []
     written = json.loads((review_folder(root, DAY, DAY + timedelta(hours=4)) / "summary.json").read_text())
     assert written["model"]["planner"]["consolidation"] == "off"  # what was asked, not the cluster's "nodes"
     assert written["model"]["prefer_shared"] is False  # the Param, as the scheduler model replayed it
     assert not list((root / "_staging").rglob("*.json"))  # nothing left half-written
+    # Several modes without the cluster's own ("nodes"): no row of the setting to compare standby with.
+    summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off", "whole-gpus"))
+    assert list(summary["policies"]) == ["static", "packing/off", "packing/whole-gpus", "ideal"]
+    assert summary["standby_choice"] == []
 
 
 def test_the_window_ends_at_until_or_the_runs_hour_and_a_bad_until_fails() -> None:

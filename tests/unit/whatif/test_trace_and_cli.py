@@ -178,6 +178,24 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     assert "unknown consolidation ['sometimes']" in capsys.readouterr().err
 
 
+def test_compare_standby_adds_packing_the_other_way_round(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--workers", "1"]
+    assert main([*args, "--policies", "static,packing", "--no-standby", "--compare-standby", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["policies"]) == ["static", "packing", "packing, standby on"]
+    assert out["model"]["planner"]["standby"] is False
+    [line] = out["standby_choice"]
+    assert line.startswith("packing with standby off (the setting): ")
+    assert main([*args, "--policies", "static,packing", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["standby_choice"] == []
+    assert main([*args, "--policies", "static,ideal", "--compare-standby"]) == 2
+    assert "--compare-standby compares the packing policy" in capsys.readouterr().err
+    assert main([*args, "--consolidation", "off,nodes", "--compare-standby"]) == 2
+    assert "production's consolidation mode (whole-gpus)" in capsys.readouterr().err
+
+
 @pytest.mark.traces
 def test_on_the_real_sharing_trace_a_small_cluster_queues_less_with_the_planner(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
