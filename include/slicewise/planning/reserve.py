@@ -43,6 +43,8 @@ RESERVE_REPLICAS = 2
 #: A node of at most this many GPUs may join the reserve even when fewer tenants are missing than it brings.
 SMALL_NODE_GPUS = 2
 RULE = "packing: shared reserve: MPS tenants ready for the fractional pods to come"
+#: The well-known label of a node's own name (a pod pinned to one node).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def reserve(
@@ -128,10 +130,11 @@ def reserve(
 
 def _pinned_label_keys(planned: Sequence[Planned], pool: Pool) -> tuple[str, ...]:
     """The node labels that running pods' node selectors and pending requests' selectors name, other than those a
-    plan rewrites (the product, the sharing labels: the GPU model stands for them)."""
+    plan rewrites (the product, the sharing labels: the GPU model stands for them) and the node's own name (a kind
+    of one node each would keep every node out of the reserve)."""
     keys = {key for item in planned for pod in item.ctx.obs.pods for key in pod.node_selector}
     keys |= {key for request, _ in pool for key, _ in request.selector}
-    return tuple(sorted(keys - set(packing.PLANNED_LABELS)))
+    return tuple(sorted(keys - {*packing.PLANNED_LABELS, HOSTNAME_LABEL}))
 
 
 def _kind(item: Planned, keys: Sequence[str]) -> tuple[str, ...]:

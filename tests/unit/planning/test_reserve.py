@@ -143,6 +143,16 @@ def test_a_node_label_that_pods_pin_on_counts_as_a_kind_of_node_too(catalog: Cat
     pods = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), pinned]
     plans = plan(catalog, (busy, pods), [only_x, t4("small", 2)])
     assert plans["only-x"].action == KEEP and plans["small"].rule == RULE
-    # The same fleet with no pod pinning on the label: the 1-GPU node joins, as the smallest.
+    # The same fleet with no pod pinning on the label: the 1-GPU node joins, as the smallest. A pin to a node's
+    # own name does not make every node a kind of its own (which would keep them all out).
     unpinned = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), pod("w-1", "busy", GPU)]
     assert plan(catalog, (busy, unpinned), [only_x, t4("small", 2)])["only-x"].rule == RULE
+    hostname = "kubernetes.io/hostname"
+
+    def named(gpu_node: GpuNode) -> GpuNode:  # as the kubelet labels every node
+        return dataclasses.replace(gpu_node, labels={**gpu_node.labels, hostname: gpu_node.name})
+
+    by_name = dataclasses.replace(pod("w-1", "busy", GPU), node_selector={hostname: ("busy",)})
+    pods = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), by_name]
+    plans = plan(catalog, (named(busy), pods), [named(only_x), named(t4("small", 2))])
+    assert plans["only-x"].rule == RULE
