@@ -188,7 +188,7 @@ def standby_choice(backtest: Backtest) -> list[str]:
     if flipped.still_waiting != mine.still_waiting:
         return [
             line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours, not comparable: pods never served "
-            f"{mine.still_waiting:,} with the setting, {flipped.still_waiting:,} without"
+            f"{mine.still_waiting:,} with the setting, {flipped.still_waiting:,} the other way round"
         ]
     return [
         line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours "

@@ -239,6 +239,11 @@ def test_the_standby_comparison_replays_packing_the_other_way_round_and_names_th
         "packing with standby on (the setting): 0 s mean wait, 2 node-GPU-hours; standby off: 0 s (n/a), "
         "8 node-GPU-hours (+270.0%)"
     ]
+    stuck = dataclasses.replace(results["packing, standby off"], still_waiting=1)
+    [line] = standby_choice(dataclasses.replace(backtest, results={**results, "packing, standby off": stuck}))
+    assert line.endswith(
+        "8 node-GPU-hours, not comparable: pods never served 0 with the setting, 1 the other way round"
+    )
     without = dict(results)
     del without["packing, standby off"]
     assert standby_choice(dataclasses.replace(backtest, results=without)) == []
