@@ -204,9 +204,8 @@ REVIEW_COLUMNS = ("policy", "mean wait s", "vs static", "node-GPU-h", "vs static
 @dataclass(frozen=True)
 class ReviewView:
     facts: tuple[tuple[str, str], ...]
-    choice: tuple[
-        str, ...
-    ]  # the consolidation choice (a line per policy replayed once per mode), then standby's
+    # The consolidation choice (a line per policy replayed once per mode), then the standby line.
+    choice: tuple[str, ...]
     table: Table
 
 

@@ -149,9 +149,8 @@ def run_review(
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
-    if (
-        compare_standby and planner.consolidation in modes
-    ):  # else the setting's row is not there to compare with
+    # Without the setting's own mode among ``modes`` there is no row of the setting to compare with.
+    if compare_standby and planner.consolidation in modes:
         policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     results = run_policies(policies, trace, nodes, config, window, workers=1)
