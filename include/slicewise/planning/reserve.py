@@ -75,15 +75,16 @@ def reserve(
     # gpu_spec, a product nodeSelector) or to another node label that needs a whole GPU has only that kind's
     # nodes: the reserve leaves at least half of them whole.
     keys = _pinned_label_keys(planned, pool)
+    kind_of = {item.ctx.name: _kind(item, keys) for item in planned}
     have = 0
     gpus_of: Counter[tuple[str, ...]] = Counter()
     shared_of: Counter[tuple[str, ...]] = Counter()
     for item in planned:
         per_gpu = _tenants_per_gpu(plans[item.ctx.name], catalog)
         have += item.ctx.gpus * per_gpu
-        gpus_of[_kind(item, keys)] += item.ctx.gpus
+        gpus_of[kind_of[item.ctx.name]] += item.ctx.gpus
         if per_gpu:
-            shared_of[_kind(item, keys)] += item.ctx.gpus
+            shared_of[kind_of[item.ctx.name]] += item.ctx.gpus
     out: dict[str, NodePlan] = {}
     for item in sorted(planned, key=lambda item: (item.ctx.gpus, item.ctx.name)):
         if not _switchable(item, plans[item.ctx.name], config, now):
@@ -99,7 +100,7 @@ def reserve(
             continue
         if item.ctx.gpus > max(SMALL_NODE_GPUS, math.ceil((wanted - have) / RESERVE_REPLICAS)):
             continue  # more GPUs than the missing tenants need: a large node stays whole for whole-GPU pods
-        kind = _kind(item, keys)
+        kind = kind_of[item.ctx.name]
         if (shared_of[kind] + item.ctx.gpus) * 2 > gpus_of[kind]:
             continue  # half of this kind's GPUs are shared already (or would be): the rest stay whole
         tenants = item.ctx.gpus * RESERVE_REPLICAS
