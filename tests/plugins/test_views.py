@@ -54,6 +54,13 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
             "d",
             taints=(Taint("slicewise.io/standby", "PreferNoSchedule"), Taint("dedicated", "NoSchedule", "x")),
         ),
+        node(
+            "e",
+            taints=(
+                Taint("slicewise.io/standby", "PreferNoSchedule"),
+                Taint("slicewise.io/standby-large", "PreferNoSchedule"),
+            ),
+        ),
     ]
     ledger = {"a": NOW - timedelta(minutes=26), "b": None}
     table = views.fleet_table(nodes, ledger, 1.5, NOW)
@@ -71,7 +78,11 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
         "plans it",
     )
     assert table.rows[1][4:] == ("mps-4", "open", "2026-11-29 09:00 UTC", "-", "free", "plans it")
-    assert table.rows[3][5] == "standby (opened last)"  # the planner's PreferNoSchedule taint
+    # The planner's PreferNoSchedule taints: one on a small standby node, two on a large one.
+    assert [row[5] for row in table.rows[3:]] == [
+        "standby (opened when no node in use fits)",
+        "standby, large (opened last)",
+    ]
     assert table.rows[2][2:4] == ("(none)", "-")
     assert table.rows[2][6:9] == ("-", "-", "free (never changed)")
     # The ledger could not be read: the column says so instead of "never".

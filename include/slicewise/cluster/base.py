@@ -80,6 +80,9 @@ class Taint:
 
 #: The planner's standby nodes (``planning.standby``): the scheduler opens them only when no other node fits.
 STANDBY_TAINT = Taint("slicewise.io/standby", "PreferNoSchedule")
+#: The larger standby nodes carry this one too: ``TaintToleration`` counts the taints a pod does not tolerate, so
+#: they are opened after every other node, the smaller standby nodes included.
+STANDBY_LARGE_TAINT = Taint("slicewise.io/standby-large", "PreferNoSchedule")
 
 
 @dataclass(frozen=True)

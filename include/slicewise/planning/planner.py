@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import STANDBY_TAINT
+from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT, Taint
 from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
@@ -23,7 +23,7 @@ from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.reserve import reserve
-from slicewise.planning.standby import standby
+from slicewise.planning.standby import Standby, standby
 from slicewise.planning.types import (
     BLOCKED,
     CHANGE,
@@ -93,17 +93,23 @@ def plan_fleet(
         shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
         plans = [shared.get(plan.node, plan) for plan in plans]
     budgeted = _apply_budget(plans, config, len(observations))
-    standby_nodes = (
+    listed = (
         standby(planned, {plan.node: plan for plan in budgeted})
         if config.policy == "packing" and acting and config.standby
-        else ()
+        else Standby()
     )
     notes += _releasable(planned, plans)
-    if standby_nodes:
+    if listed.nodes:
         notes.append(
-            f"standby: {len(standby_nodes)} empty nodes larger than the fleet's smallest get the taint "
-            f"{STANDBY_TAINT.key}:{STANDBY_TAINT.effect} (opened only when no other node fits; apply mode writes it): "
-            + _shown(standby_nodes)
+            f"standby: {len(listed.nodes)} empty nodes without MIG or MPS get the taint {_taint(STANDBY_TAINT)} "
+            "(opened only when no node in use fits; apply mode writes the taints): "
+            + _shown(listed.nodes)
+            + (
+                f"; the {len(listed.large)} larger than the fleet's smallest also {_taint(STANDBY_LARGE_TAINT)} "
+                "(opened last): " + _shown(listed.large)
+                if listed.large
+                else ""
+            )
         )
     return FleetPlan(
         policy=config.policy,
@@ -112,7 +118,8 @@ def plan_fleet(
         horizon_minutes=forecasts.horizon_minutes,
         nodes=tuple(budgeted),
         notes=tuple(notes),
-        standby=standby_nodes,
+        standby=listed.nodes,
+        standby_large=listed.large,
     )
 
 
@@ -132,6 +139,10 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
         f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): "
         + _shown(empty)
     ]
+
+
+def _taint(taint: Taint) -> str:
+    return f"{taint.key}:{taint.effect}"
 
 
 def _shown(names: Sequence[str]) -> str:

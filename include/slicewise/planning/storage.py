@@ -139,4 +139,5 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         nodes=tuple(nodes),
         notes=tuple(raw["notes"]),
         standby=tuple(raw.get("standby", ())),  # absent in plans written before planner_standby
+        standby_large=tuple(raw.get("standby_large", ())),  # absent before the second standby taint
     )

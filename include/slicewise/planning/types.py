@@ -61,6 +61,7 @@ class FleetPlan:
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = ()
     standby: tuple[str, ...] = ()  # empty nodes to taint PreferNoSchedule (planning.standby)
+    standby_large: tuple[str, ...] = ()  # those of them larger than the fleet's smallest: a second taint
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

@@ -89,7 +89,7 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
         return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
     # Under the lock, before any wave: the taint moves no pod, and the waves' nodes are not on the list.
     marked = mark_standby(ctx.backend, plan)
-    standby = {"added": list(marked.added), "removed": list(marked.removed)}
+    standby = {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked}
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
         ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
@@ -105,8 +105,9 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     }
     rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
     ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
-    if marked.added or marked.removed:
-        ctx.event(rollout.id, marked.describe())
+    for m in marked:
+        if m.added or m.removed:
+            ctx.event(rollout.id, m.describe())
     return {"rollout_id": rollout.id, "action": "started", "waves": waves, "standby": standby}
 
 

@@ -1,9 +1,10 @@
-"""Carry the plan's standby list to the cluster: the ``PreferNoSchedule`` taint on exactly the listed nodes.
+"""Carry the plan's standby lists to the cluster: the two ``PreferNoSchedule`` taints on exactly the listed nodes.
 
 A taint of effect ``PreferNoSchedule`` moves no running pod and never keeps a pod from starting (the scheduler
 still uses a tainted node when no other fits), so it needs no waves, no analysis and no rollback: each write is
-one guarded patch of one node, and a crash between two writes leaves some nodes marked and others not, which
-the next run's plan sets right. Nodes off the list lose the taint, so turning ``planner_standby`` off clears it.
+one guarded patch of one node and one taint, and a crash between two writes leaves some nodes marked and others
+not (or a large node with one taint of its two), which the next run's plan sets right. Nodes off a list lose its
+taint, so turning ``planner_standby`` off clears both.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from slicewise.cluster.base import STANDBY_TAINT as STANDBY
-from slicewise.cluster.base import ClusterBackend
+from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT, ClusterBackend, Taint
 from slicewise.planning.types import FleetPlan
 
 log = logging.getLogger(__name__)
@@ -20,26 +20,34 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Marked:
+    taint: Taint
     added: tuple[str, ...]
     removed: tuple[str, ...]
 
     def describe(self) -> str:
         return (
-            f"standby taint {STANDBY.key}:{STANDBY.effect} added on {len(self.added)} nodes "
+            f"standby taint {self.taint.key}:{self.taint.effect} added on {len(self.added)} nodes "
             f"({', '.join(self.added) or '-'}), removed from {len(self.removed)} ({', '.join(self.removed) or '-'})"
         )
 
 
-def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> Marked:
-    """Taint the plan's standby nodes and untaint every other managed node that carries the taint."""
-    wanted = set(plan.standby)
+def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> tuple[Marked, ...]:
+    """For each standby taint: taint the nodes of the plan's list and untaint every other managed node that
+    carries it. The first taint goes first, so that a crash in between leaves no node with the second only."""
+    return tuple(
+        _mark(backend, taint, set(listed))
+        for taint, listed in ((STANDBY_TAINT, plan.standby), (STANDBY_LARGE_TAINT, plan.standby_large))
+    )
+
+
+def _mark(backend: ClusterBackend, taint: Taint, wanted: set[str]) -> Marked:
     added: list[str] = []
     removed: list[str] = []
     for node in backend.list_nodes():
         want = node.name in wanted
-        if node.has_taint(STANDBY) != want:
-            backend.set_taint(node.name, STANDBY, want)
+        if node.has_taint(taint) != want:
+            backend.set_taint(node.name, taint, want)
             (added if want else removed).append(node.name)
-    marked = Marked(tuple(added), tuple(removed))
+    marked = Marked(taint, tuple(added), tuple(removed))
     log.info("%s", marked.describe())
     return marked

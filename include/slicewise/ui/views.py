@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_TAINT, GpuNode
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_LARGE_TAINT, STANDBY_TAINT, GpuNode
 from slicewise.ui.tables import Link, Table, at, is_number, number
 
 if TYPE_CHECKING:
@@ -98,12 +98,14 @@ def fleet_table(
 
 
 def _scheduling(node: GpuNode) -> str:
-    """Cordoned, a standby node (the planner's ``PreferNoSchedule`` taint: pods go there only when no other node
-    fits), or open."""
+    """Cordoned, a standby node (the planner's ``PreferNoSchedule`` taints: pods go there only when no node in
+    use fits, to a large one only when no small one does either), or open."""
     if node.unschedulable:
         return "cordoned"
+    if node.has_taint(STANDBY_LARGE_TAINT):
+        return "standby, large (opened last)"
     if node.has_taint(STANDBY_TAINT):
-        return "standby (opened last)"
+        return "standby (opened when no node in use fits)"
     return "open"
 
 

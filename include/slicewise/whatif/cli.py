@@ -112,8 +112,9 @@ def register(subparsers: Any) -> None:
         "--standby",
         action=argparse.BooleanOptionalAction,
         default=PlannerConfig().standby,
-        help="the planner taints empty nodes larger than the fleet's smallest PreferNoSchedule, so the scheduler "
-        "opens them last (planner_standby; default as production)",
+        help="the planner taints empty nodes without MIG or MPS PreferNoSchedule, those larger than the fleet's "
+        "smallest twice, so the scheduler opens them after the nodes in use, the larger last (planner_standby; "
+        "default as production)",
     )
     parser.add_argument(
         "--compare-standby",

@@ -325,8 +325,9 @@ class Replay:
             self._observations(now), self._forecasts(now), self.catalog, self.planner, _moment(now)
         )
         self.meter.planned()
-        self.fleet.standby[:] = False
-        self.fleet.standby[[self.index[name] for name in plan.standby]] = True
+        self.fleet.taints[:] = 0
+        for listed in (plan.standby, plan.standby_large):
+            self.fleet.taints[[self.index[name] for name in listed]] += 1
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:
             self._reconfigure(self.fleet.by_name[node_plan.node], node_plan.desired, now)

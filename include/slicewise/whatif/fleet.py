@@ -25,8 +25,9 @@ trace's CPU and memory are not modelled. Ties go to the first node in name order
 the tied nodes at random). Nothing fits -> the pod waits. With ``prefer_shared`` (the backtest's default) a
 fractional pod first looks only at MPS nodes with a tenant for it, in the same order: the preferred node affinity
 on ``nvidia.com/gpu.sharing-strategy=mps`` that docs/planner.md recommends for fractional pods outweighs the
-resource score. A node of the planner's standby list (``planning.standby``: a ``PreferNoSchedule`` taint, which
-outweighs both) is chosen only when no other node fits.
+resource score. The planner's standby taints (``planning.standby``: ``PreferNoSchedule``, which ``TaintToleration``
+counts and weighs above both) order the nodes first: a node with fewer is chosen whenever one fits, so a standby
+node is opened only when no node in use fits, and a large one (two taints) only when no small one does.
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
@@ -201,7 +202,7 @@ class ReplayFleet:
         self.sizes = np.array([n.gpus for n in nodes], dtype=float)
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
-        self.standby = np.zeros(len(nodes), dtype=bool)  # tainted PreferNoSchedule: opened last
+        self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
@@ -225,7 +226,7 @@ class ReplayFleet:
         twin.free = Counter(self.free)
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
-        twin.released, twin.standby = self.released.copy(), self.standby.copy()
+        twin.released, twin.taints = self.released.copy(), self.taints.copy()
         twin.owned = set()
         return twin
 
@@ -257,13 +258,14 @@ class ReplayFleet:
         """The node and slots the scheduler model gives the request now, or None (it waits). With
         ``prefer_shared`` a fractional pod goes to an MPS node that has a tenant for it before any other node (a
         preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` outweighs the resource score). A
-        ``standby`` node (the planner's ``PreferNoSchedule`` taint) comes after every other, whatever the pod
-        prefers."""
+        node with more standby ``taints`` (the planner's ``PreferNoSchedule``) comes after every node with fewer,
+        whatever the pod prefers."""
         if not self.could_fit(ask):
             return None
         allowed = self.up & self.eligible(ask.models)
         # kube-scheduler's default weights: TaintToleration 3 > NodeAffinity 2 > NodeResourcesFit 1.
-        preferred = (allowed & ~self.standby, allowed & self.standby) if self.standby.any() else (allowed,)
+        top = int(self.taints.max(initial=0))
+        preferred = [allowed & (self.taints == count) for count in range(top + 1)] if top else [allowed]
         shared = self.prefer_shared and ask.fractional
         for mask in preferred:
             if shared:

@@ -1,4 +1,5 @@
-"""The standby list: empty nodes larger than the fleet's smallest, which the scheduler should open last."""
+"""The standby lists: empty nodes without MIG or MPS, which the scheduler should open after the nodes in use, and
+those of them larger than the fleet's smallest, which it should open last."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ def plan(catalog: Catalog, observations: list[NodeObservation], config: PlannerC
     return plan_fleet(observations, Forecasts(tuple(load), (), "p90", True), catalog, config, NOW)
 
 
-def test_empty_nodes_larger_than_the_smallest_are_listed(catalog: Catalog) -> None:
-    # Two empty 2-GPU nodes stay open (a pod that starts a node should start one of them); the empty 8-GPU
-    # node is listed; the busy 8-GPU node is not, however little it holds.
+def test_empty_nodes_are_listed_and_the_larger_ones_twice(catalog: Catalog) -> None:
+    # Every empty node gets the first taint (a pod should go to a node in use when one fits); the empty 8-GPU
+    # node gets the second too (a pod that starts a node should start a 2-GPU one); the busy 8-GPU node gets
+    # neither, however little it holds.
     observations = [
         observe(t4("busy-8", 8), pod("w-1", "busy-8", GPU)),
         observe(t4("empty-8", 8)),
@@ -37,19 +39,29 @@ def test_empty_nodes_larger_than_the_smallest_are_listed(catalog: Catalog) -> No
         observe(t4("empty-2b", 2)),
     ]
     result = plan(catalog, observations)
-    assert result.standby == ("empty-8",)
+    assert (result.standby, result.standby_large) == (("empty-2a", "empty-2b", "empty-8"), ("empty-8",))
     assert [n for n in result.notes if n.startswith("standby:")] == [
-        "standby: 1 empty nodes larger than the fleet's smallest get the taint slicewise.io/standby:"
-        "PreferNoSchedule (opened only when no other node fits; apply mode writes it): empty-8"
+        "standby: 3 empty nodes without MIG or MPS get the taint slicewise.io/standby:PreferNoSchedule (opened only "
+        "when no node in use fits; apply mode writes the taints): empty-2a, empty-2b, empty-8; the 1 larger than "
+        "the fleet's smallest also slicewise.io/standby-large:PreferNoSchedule (opened last): empty-8"
     ]
 
 
-def test_nothing_is_listed_when_switched_off_or_in_a_fleet_of_one_size(catalog: Catalog) -> None:
+def test_nothing_is_listed_when_switched_off_and_no_node_is_large_in_a_fleet_of_one_size(
+    catalog: Catalog,
+) -> None:
     observations = [observe(t4("busy-8", 8), pod("w-1", "busy-8", GPU)), observe(t4("empty-8", 8))]
-    assert plan(catalog, observations).standby == ()
+    one_size = plan(catalog, observations)
+    assert (one_size.standby, one_size.standby_large) == (("empty-8",), ())
+    assert [n for n in one_size.notes if n.startswith("standby:")] == [
+        "standby: 1 empty nodes without MIG or MPS get the taint slicewise.io/standby:PreferNoSchedule (opened only "
+        "when no node in use fits; apply mode writes the taints): empty-8"
+    ]
     mixed = [*observations, observe(t4("empty-2", 2))]
-    assert plan(catalog, mixed, dataclasses.replace(ON, standby=False)).standby == ()
-    assert plan(catalog, mixed).standby == ("empty-8",)
+    off = plan(catalog, mixed, dataclasses.replace(ON, standby=False))
+    assert (off.standby, off.standby_large) == ((), ())
+    assert [n for n in off.notes if n.startswith("standby")] == []
+    assert plan(catalog, mixed).standby_large == ("empty-8",)
 
 
 def test_mig_nodes_and_cordoned_nodes_are_not_listed(catalog: Catalog) -> None:
@@ -60,22 +72,25 @@ def test_mig_nodes_and_cordoned_nodes_are_not_listed(catalog: Catalog) -> None:
         observe(node("a100-2", mig_config="all-disabled", gpus=2)),
         observe(node("a100-3", mig_config="all-disabled", gpus=4)),
     ]
-    assert plan(catalog, observations).standby == ("a100-3",)
+    result = plan(catalog, observations)
+    assert (result.standby, result.standby_large) == (("a100-2", "a100-3"), ("a100-3",))
 
 
 def test_a_node_this_plan_changes_is_not_listed(catalog: Catalog) -> None:
     # Ten 0.4-GPU pods run on whole GPUs: the shared reserve (20 tenants wanted) switches the 2-GPU node and the
-    # 8-GPU one to MPS; both are being reconfigured, so neither is listed. Without the reserve the 8-GPU node is.
+    # 8-GPU one to MPS; both are being reconfigured, so neither is listed. Without the reserve both are.
     pods = [dataclasses.replace(pod(f"f-{i}", "busy", GPU), share=0.4) for i in range(10)]
     observations = [observe(t4("busy", 16), *pods), observe(t4("empty-8", 8)), observe(t4("empty-2", 2))]
     with_reserve = plan(catalog, observations, dataclasses.replace(ON, shared_reserve=2.0))
     assert {p.node for p in with_reserve.nodes if p.changes} == {"empty-8", "empty-2"}
-    assert with_reserve.standby == ()
-    assert plan(catalog, observations).standby == ("empty-8",)
+    assert (with_reserve.standby, with_reserve.standby_large) == ((), ())
+    assert plan(catalog, observations).standby == ("empty-2", "empty-8")
 
 
-def test_an_empty_mps_node_is_listed_too(catalog: Catalog) -> None:
-    # A fractional pod takes a free GPU on a node in use before it opens an empty 8-GPU node of tenants.
+def test_an_empty_mps_node_is_left_open(catalog: Catalog) -> None:
+    # The shared reserve's tenants wait for fractional pods: tainted, those pods would open whole GPUs first and
+    # queue behind whole-GPU pods (docs/backtest.md, "Graded standby").
     mps = catalog.device_plugin_config_for(2)
-    observations = [observe(t4("empty-8", 8, mps)), observe(t4("empty-2", 2))]
-    assert plan(catalog, observations).standby == ("empty-8",)
+    observations = [observe(t4("empty-8", 8, mps)), observe(t4("empty-4", 4)), observe(t4("empty-2", 2))]
+    result = plan(catalog, observations)
+    assert (result.standby, result.standby_large) == (("empty-2", "empty-4"), ("empty-4",))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 from slicewise import store
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import storage
+from slicewise.planning.types import DesiredState, FleetPlan, NodePlan
 
 
 def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path: Path) -> None:
@@ -24,3 +27,21 @@ def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path
         trusted=True,
     )
     assert storage.read_forecasts(storage.write_forecasts(folder, written)) == written
+
+
+def test_a_plan_reads_back_with_both_standby_lists_and_an_older_plan_without_the_second(
+    tmp_path: Path,
+) -> None:
+    folder = store.storage_path(tmp_path.as_uri()) / "plans" / "run"
+    keep = DesiredState("all-disabled", "")
+    node = NodePlan("t4-0", "T4-16GB", 2, keep, keep, "keep", "packing", "keep", ("idle",), 0.0, 0.0, 0.0)
+    written = FleetPlan("packing", "v1", True, 60, (node,), ("a note",), ("t4-0", "t4-8"), ("t4-8",))
+    paths = storage.write_plan(folder, written)
+    plan_json = folder / storage.PLAN_JSON
+    assert paths[storage.PLAN_JSON] == str(plan_json)
+    assert storage.read_plan(plan_json) == written
+    # Written before the second taint: the large list is empty, the plan otherwise as written.
+    older = json.loads(plan_json.read_text())
+    del older["standby_large"]
+    plan_json.write_text(json.dumps(older))
+    assert storage.read_plan(plan_json) == dataclasses.replace(written, standby_large=())

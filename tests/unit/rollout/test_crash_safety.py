@@ -1,7 +1,7 @@
 """Crash safety against a MIG manager that takes its time: the task is killed after every single write to the
-cluster (standby taint, cordon, eviction, label, annotation, uncordon) and run again, and every node ends fully
-changed or fully restored, uncordoned, with the resources its labels promise, and the standby taint on exactly the
-plan's standby nodes; no pod leaves but through an eviction."""
+cluster (standby taints, cordon, eviction, label, annotation, uncordon) and run again, and every node ends fully
+changed or fully restored, uncordoned, with the resources its labels promise, and each standby taint on exactly the
+nodes of its list in the plan; no pod leaves but through an eviction."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from .conftest import CHANGES, ENGINE, Harness, fleet_plan, healthy
 PICKUP_S = 15.0
 NODES = ["sim-a100-80-0", "sim-h100-1"]  # a MIG layout change and an MPS change
 STANDBY = ("sim-a100-40-0", "sim-h200-0")  # the plan's standby list: two more writes, at the start
+STANDBY_LARGE = ("sim-h200-0",)  # and its larger standby node: one more
 
 
 class Killed(BaseException):
@@ -72,7 +73,7 @@ class Dying:
 
     def set_taint(self, node: str, taint: Taint, present: bool) -> GpuNode:
         written = self.backend.set_taint(node, taint, present)
-        self._wrote("taint", node)
+        self._wrote("taint", f"{node} {taint.key}")
         return written
 
     def cordon(self, node: str) -> GpuNode:
@@ -111,7 +112,7 @@ def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[
     """The rollout DAG's tasks in order; a killed task is run again in a fresh process (a fresh backend
     wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used."""
     used = [backend]
-    plan = dataclasses.replace(fleet_plan(NODES), standby=STANDBY)
+    plan = dataclasses.replace(fleet_plan(NODES), standby=STANDBY, standby_large=STANDBY_LARGE)
     ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2)
     try:
         rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
@@ -180,10 +181,14 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
         assert have == wanted, (name, record, node.labels.get("nvidia.com/mig.config.state"))
     for wrapper in used:
         assert all(wrapper.drainable.get(pod) for pod in wrapper.evicted)
-    tainted = {n.name for n in cluster.list_nodes() if any(t.key == "slicewise.io/standby" for t in n.taints)}
-    assert tainted == set(STANDBY)
+    for key, listed in (("slicewise.io/standby", STANDBY), ("slicewise.io/standby-large", STANDBY_LARGE)):
+        assert {n.name for n in cluster.list_nodes() if any(t.key == key for t in n.taints)} == set(listed), (
+            key
+        )
     taint_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "taint"]
-    assert sorted(taint_writes) == sorted(STANDBY)  # each written once, also across a kill
+    wanted = [f"{node} slicewise.io/standby" for node in STANDBY]
+    wanted += [f"{node} slicewise.io/standby-large" for node in STANDBY_LARGE]
+    assert sorted(taint_writes) == sorted(wanted)  # each written once, also across a kill
 
 
 def _degraded(query: str, baseline: bool) -> float | None:

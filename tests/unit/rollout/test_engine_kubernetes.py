@@ -195,35 +195,44 @@ def test_mps_on_a_gpu_without_mig_fails_while_the_device_plugin_still_advertises
     assert "stale success: allocatable {'nvidia.com/gpu': 2}" in record.detail
 
 
-def test_start_carries_the_standby_list_as_prefer_no_schedule_taints(
+def test_start_carries_the_standby_lists_as_prefer_no_schedule_taints(
     harness: Harness, api: FakeApiServer
 ) -> None:
-    # sim-h200-0 carries the taint from an earlier plan and is no longer listed; sim-h100-0 is newly listed.
-    # Under the lock, before any wave, each gets one guarded write; the rollout itself goes on as planned.
+    # sim-h200-0 carries both taints from an earlier plan and is now listed as a small standby node only;
+    # sim-h100-0 is newly listed as a large one. Under the lock, before any wave, each taint that changes gets
+    # one guarded write; the rollout itself goes on as planned.
     standby = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
-    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[standby]))
-    plan = dataclasses.replace(fleet_plan([NODE]), standby=("sim-h100-0",))
+    large = {"key": "slicewise.io/standby-large", "value": "", "effect": "PreferNoSchedule"}
+    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[standby, large]))
+    plan = dataclasses.replace(
+        fleet_plan([NODE]), standby=("sim-h100-0", "sim-h200-0"), standby_large=("sim-h100-0",)
+    )
     ctx = harness.rollouts(backend=backend(api))
 
     started = engine.start(ctx, plan, "plan.json")
 
-    assert started["standby"] == {"added": ["sim-h100-0"], "removed": ["sim-h200-0"]}
-    assert api.node("sim-h100-0")["spec"]["taints"] == [standby]
-    assert api.node("sim-h200-0")["spec"]["taints"] == []
+    assert started["standby"] == {
+        "slicewise.io/standby": {"added": ["sim-h100-0"], "removed": []},
+        "slicewise.io/standby-large": {"added": ["sim-h100-0"], "removed": ["sim-h200-0"]},
+    }
+    assert api.node("sim-h100-0")["spec"]["taints"] == [standby, large]
+    assert api.node("sim-h200-0")["spec"]["taints"] == [standby]
     tainted = [n for n in ("sim-a100-80-0", "sim-a100-40-0") if api.node(n)["spec"].get("taints")]
     assert tainted == [] and started["action"] == "started"
     events = [e.message for e in harness.ledger.events(started["rollout_id"])]
-    assert any("standby taint" in message and "sim-h100-0" in message for message in events)
+    assert any("slicewise.io/standby:" in message and "sim-h100-0" in message for message in events)
+    assert any("slicewise.io/standby-large:" in message and "sim-h200-0" in message for message in events)
 
 
 def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
     harness: Harness, api: FakeApiServer
 ) -> None:
-    # planner_standby turned off: the plan lists nothing, and the taint left by earlier plans goes; another
+    # planner_standby turned off: the plan lists nothing, and the taints left by earlier plans go; another
     # controller's taint on the same node stays.
     ours = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
+    large = {"key": "slicewise.io/standby-large", "value": "", "effect": "PreferNoSchedule"}
     theirs = {"key": "dedicated", "value": "llm", "effect": "NoSchedule"}
-    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[theirs, ours]))
+    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[theirs, ours, large]))
 
     started = engine.start(
         harness.rollouts(backend=backend(api)), FleetPlan("packing", "v1", True, 60, ()), "p"
@@ -233,6 +242,9 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
         "rollout_id": None,
         "action": "nothing to change",
         "waves": [],
-        "standby": {"added": [], "removed": ["sim-h200-0"]},
+        "standby": {
+            "slicewise.io/standby": {"added": [], "removed": ["sim-h200-0"]},
+            "slicewise.io/standby-large": {"added": [], "removed": ["sim-h200-0"]},
+        },
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]

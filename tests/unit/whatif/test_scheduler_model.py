@@ -179,7 +179,7 @@ def test_a_standby_node_is_opened_only_when_no_other_node_fits(scheduler: str) -
     fleet.take(n2, 1, n2.fit(1, 1.0) or [], 1.0)
     untainted = fleet.find(Ask(1, 1.0))
     assert untainted is not None and untainted[0].name == ("n2" if scheduler == "binpack" else "n1")
-    fleet.standby[[0, 2]] = True
+    fleet.taints[[0, 2]] = 1
     # The taint outweighs the fractional pod's preference for MPS tenants (TaintToleration 3 > NodeAffinity 2).
     for ask in (Ask(1, 1.0), Ask(1, 0.4)):
         found = fleet.find(ask)
@@ -189,6 +189,31 @@ def test_a_standby_node_is_opened_only_when_no_other_node_fits(scheduler: str) -
     fleet.take(n2, 2, n2.fit(1, 1.0) or [], 1.0)
     found = fleet.find(Ask(1, 0.4))
     assert found is not None and found[0].name == "n3"
+
+
+@pytest.mark.parametrize("scheduler", ["first-fit", "spread", "binpack"])
+def test_a_node_with_two_standby_taints_is_opened_after_one_with_one(scheduler: str) -> None:
+    # n1 (8 GPUs, two taints) and n2 (2 GPUs, one taint) are empty; n3 (4 GPUs, none) holds three 1-GPU pods.
+    # A 1-GPU pod goes to n3's free GPU; the next to n2, however the model scores (first-fit and spreading would
+    # take n1); a 4-GPU pod, which only n1 can host, to n1.
+    fleet = ReplayFleet(
+        [
+            SimNode(name, gpus, MODEL, CATALOG, "all-disabled", "default")
+            for name, gpus in (("n1", 8), ("n2", 2), ("n3", 4))
+        ],
+        scheduler,
+    )
+    fleet.taints[:] = (2, 1, 0)
+    n3 = fleet.nodes[2]
+    for pod in range(3):
+        fleet.take(n3, pod, n3.fit(1, 1.0) or [], 1.0)
+    placed = []
+    for pod, gpus in ((3, 1), (4, 1), (5, 4)):
+        found = fleet.find(Ask(gpus, 1.0))
+        assert found is not None
+        placed.append(found[0].name)
+        fleet.take(found[0], pod, found[1], 1.0)
+    assert placed == ["n3", "n2", "n1"]
 
 
 @pytest.mark.parametrize(
