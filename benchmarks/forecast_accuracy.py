@@ -90,11 +90,18 @@ def philly_panel(traces: Path, days: float) -> Any:
 
 
 def philly_spec(spec: Any) -> Any:
+    window_steps, min_observed_steps = 16, 3
+    # Members' spans keep their share of the window (120, 60, 30 of 120 -> 16, 8, 4 of 16).
+    spans = tuple(
+        max(min_observed_steps, round(steps * window_steps / spec.window_steps))
+        for steps in spec.architecture.member_window_steps
+    )
     return dataclasses.replace(
         spec,
-        window_steps=16,
-        min_observed_steps=3,
+        window_steps=window_steps,
+        min_observed_steps=min_observed_steps,
         training=dataclasses.replace(spec.training, window_stride=1),
+        architecture=dataclasses.replace(spec.architecture, member_window_steps=spans),
     )
 
 
@@ -238,6 +245,13 @@ def main() -> None:
         "--members", type=int, default=None, help="ensemble members (default: the shipped spec's)"
     )
     parser.add_argument(
+        "--member-window-steps",
+        type=int,
+        nargs="+",
+        default=None,
+        help="steps of the window each member reads, one per member (default: the shipped spec's)",
+    )
+    parser.add_argument(
         "--calibration-gain",
         type=float,
         default=None,
@@ -339,6 +353,11 @@ def main() -> None:
         architecture=dataclasses.replace(
             shipped.architecture,
             members=shipped.architecture.members if args.members is None else args.members,
+            member_window_steps=(
+                shipped.architecture.member_window_steps
+                if args.member_window_steps is None
+                else tuple(args.member_window_steps)
+            ),
         ),
     )
     began = time.perf_counter()

@@ -1,6 +1,7 @@
 """Benchmark: one incremental hourly forecaster update for 1,000 and 10,000 simulated GPUs.
 
     .venv/bin/python benchmarks/training_time.py [--gpus 1000 10000] [--hours 4]
+        [--members 3 --member-window-steps 120 60 30]
 
 Each size runs in a child process (its own peak memory, read from VmHWM): simulate `--hours` of the synthetic
 fleet, build the panel, then time `hourly_update` end to end (train from scratch, evaluate against the
@@ -27,7 +28,9 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
-def child(n_gpus: int, hours: int, workdir: str) -> None:
+def child(n_gpus: int, hours: int, workdir: str, members: int | None, spans: list[int] | None) -> None:
+    import dataclasses
+
     import numpy as np
 
     from slicewise.forecasting.spec import load_specs
@@ -37,6 +40,12 @@ def child(n_gpus: int, hours: int, workdir: str) -> None:
     from slicewise.simulator.frames import gpu_samples
 
     spec = load_specs()[0]
+    architecture = spec.architecture
+    if members is not None:
+        architecture = dataclasses.replace(architecture, members=members)
+    if spans is not None:
+        architecture = dataclasses.replace(architecture, member_window_steps=tuple(spans))
+    spec = dataclasses.replace(spec, architecture=architecture)
     fleet = Fleet.synthetic(n_gpus, seed=11)
     began = time.perf_counter()
     frame = gpu_samples(fleet, np.arange(START_S, START_S + hours * 3600, spec.step_s))
@@ -69,16 +78,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--hours", type=int, default=4)
+    parser.add_argument("--members", type=int, default=None, help="ensemble members (default: the spec's)")
+    parser.add_argument(
+        "--member-window-steps",
+        type=int,
+        nargs="+",
+        default=None,
+        help="each member's span (default: the spec's)",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(int(args.child[0]), int(args.child[1]), args.child[2])
+        child(int(args.child[0]), int(args.child[1]), args.child[2], args.members, args.member_window_steps)
         return 0
+    passed = [*(["--members", str(args.members)] if args.members is not None else [])]
+    if args.member_window_steps is not None:
+        passed += ["--member-window-steps", *map(str, args.member_window_steps)]
     for n_gpus in args.gpus:
         with tempfile.TemporaryDirectory(prefix="slicewise-train-bench-") as tmp:
             # cwd: MLflow on a bare SQLite URI puts artifacts under ./mlruns, which must not land in the checkout.
             run = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--child", str(n_gpus), str(args.hours), tmp],
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    *passed,
+                    "--child",
+                    str(n_gpus),
+                    str(args.hours),
+                    tmp,
+                ],
                 cwd=tmp,
                 capture_output=True,
                 text=True,

@@ -187,6 +187,7 @@ def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_w
     run = registry(mlflow_server).get_run(result["run_id"])
     assert run.data.params["started_from"] == "scratch"
     assert run.data.params["champion_set_aside"] == old_version
+    assert (run.data.params["members"], run.data.params["member_window_steps"]) == ("1", "whole window")
     # The gate compared the new version with the baselines only, and says so.
     assert "champion" not in result["reason"].replace("no champion yet", "")
     expected = result["version"] if result["promoted"] else old_version

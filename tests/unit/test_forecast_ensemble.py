@@ -86,3 +86,48 @@ def test_a_spec_asks_for_one_to_nine_members() -> None:
     raw["architecture"]["members"] = 0
     with pytest.raises(SpecError, match="members"):
         parse_spec(raw)
+
+
+def test_members_may_look_back_over_different_spans_and_load_back_so(tmp_path: Path) -> None:
+    # Member 1's LSTM reads the newest 2 of 8 steps: a change in older steps does not reach it, while it does
+    # reach member 0's, which reads all 8. The model saves and loads back with its spans.
+    spec = ensemble_spec(2)
+    spec = dataclasses.replace(
+        spec, architecture=dataclasses.replace(spec.architecture, member_window_steps=(8, 2))
+    )
+    model = model_module.build_model(spec)
+    inputs = windows(32).inputs
+    older = inputs.copy()
+    older[:, :6, FEATURES.index("load")] *= 0.2
+
+    def lstm_outputs(network, batch):  # type: ignore[no-untyped-def]
+        lstm = keras.Model(network.inputs, network.get_layer("lstm").output)
+        return np.asarray(lstm.predict(batch, verbose=0))
+
+    whole, recent = model_module.ensemble_members(model)
+    assert not np.allclose(lstm_outputs(whole, inputs), lstm_outputs(whole, older))
+    np.testing.assert_allclose(
+        lstm_outputs(recent, inputs), lstm_outputs(recent, older), rtol=1e-6, atol=1e-7
+    )
+    path = tmp_path / "spans.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert [m.get_layer("lookback").steps for m in model_module.ensemble_members(loaded)[1:]] == [2]
+    np.testing.assert_allclose(
+        model_module.predict(loaded, older), model_module.predict(model, older), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_a_spec_names_one_span_per_member_within_the_window() -> None:
+    import yaml
+
+    from slicewise.forecasting.spec import MODELS_DIR, SpecError, parse_spec
+
+    raw = yaml.safe_load((MODELS_DIR / "gpu_load_forecaster.yaml").read_text())
+    assert parse_spec(raw).architecture.member_window_steps == ()  # optional: every member the whole window
+    raw["architecture"] |= {"members": 3, "member_window_steps": [120, 60, 30]}
+    assert parse_spec(raw).architecture.member_window_steps == (120, 60, 30)
+    for wrong, why in (([120, 60], "one number of steps per member"), ([120, 60, 10], "min_observed_steps")):
+        raw["architecture"]["member_window_steps"] = wrong
+        with pytest.raises(SpecError, match=why):
+            parse_spec(raw)

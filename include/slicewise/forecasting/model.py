@@ -66,6 +66,24 @@ class LastStep(layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="slicewise")
+class LastSteps(layers.Layer):
+    """(batch, time, features) -> (batch, steps, features): the newest ``steps`` of the window."""
+
+    def __init__(self, steps: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.steps = steps
+
+    def call(self, window: Any) -> Any:
+        return window[:, -self.steps :, :]
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return (input_shape[0], self.steps, input_shape[2])
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "steps": self.steps}
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
 class LastValueOf(layers.Layer):
     """(batch, time, features) -> (batch, 1): one feature at the newest step."""
 
@@ -304,15 +322,19 @@ MEMBER = "member_{}"
 def build_model(spec: ForecasterSpec) -> keras.Model:
     """A compiled model for ``spec``: input (window_steps, len(FEATURES)), output (horizons, quantiles), ending
     in the calibration. With ``architecture.members`` > 1, that many networks (nested models ``member_i``, each
-    with its own initial weights) combined per quantile by the median: one registered model, one signature."""
+    with its own initial weights, each reading the newest ``architecture.member_window_steps[i]`` steps when
+    given) combined per quantile by the median: one registered model, one signature."""
     inputs = keras.Input(shape=(spec.window_steps, len(FEATURES)), name="window")
     if spec.architecture.members == 1:
         raw = _network(spec, inputs)
     else:
         members = []
-        for index in range(spec.architecture.members):
+        lookbacks = spec.architecture.member_window_steps or (spec.window_steps,) * spec.architecture.members
+        for index, lookback in enumerate(lookbacks):
             member_input = keras.Input(shape=(spec.window_steps, len(FEATURES)), name=f"window_{index}")
-            member = keras.Model(member_input, _network(spec, member_input), name=MEMBER.format(index))
+            member = keras.Model(
+                member_input, _network(spec, member_input, lookback), name=MEMBER.format(index)
+            )
             members.append(member(inputs))
         raw = MemberMedian(name="median")(members)
     # Identity until an update calibrates it on its newest windows (slicewise.forecasting.calibration).
@@ -329,10 +351,16 @@ def ensemble_members(model: keras.Model) -> list[keras.Model]:
     return [layer for layer in model.layers if isinstance(layer, keras.Model)]
 
 
-def _network(spec: ForecasterSpec, inputs: Any) -> Any:
-    """One network from the window to uncalibrated quantiles (batch, horizons, quantiles)."""
+def _network(spec: ForecasterSpec, inputs: Any, lookback: int | None = None) -> Any:
+    """One network from the window to uncalibrated quantiles (batch, horizons, quantiles); the LSTM reads the
+    newest ``lookback`` steps (default: all), the head's anchors the whole window."""
     arch = spec.architecture
-    scaled = ScaleFree(name="scale_free")(inputs)
+    seen = (
+        inputs
+        if lookback is None or lookback >= spec.window_steps
+        else LastSteps(lookback, name="lookback")(inputs)
+    )
+    scaled = ScaleFree(name="scale_free")(seen)
     if arch.kind == "lstm_attention":
         sequence = layers.LSTM(arch.lstm_units, return_sequences=True, name="lstm")(scaled)
         # The newest step queries every step: lets the model look back at earlier peaks in its window.

@@ -25,6 +25,9 @@ class Architecture:
     dropout: float
     #: Networks in one registered model, each trained with its own seed, combined per quantile by the median.
     members: int = 1
+    #: Steps of the window each member reads, newest last (one per member; empty: every member the whole window).
+    #: Members that look back over different spans disagree more than members that differ only by seed.
+    member_window_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
             min_observed_steps=int(raw["min_observed_steps"]),
             horizons_minutes=tuple(int(h) for h in raw["horizons_minutes"]),
             quantiles=tuple(sorted(float(q) for q in raw["quantiles"])),
-            architecture=Architecture(**raw["architecture"]),
+            architecture=_architecture(raw["architecture"]),
             training=Training(**raw["training"]),
             promotion=Promotion(**raw["promotion"]),
             calibration_gain=float(raw.get("calibration_gain", 0.0)),
@@ -106,6 +109,11 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("min_observed_steps must be in 1..window_steps")
     if not 1 <= spec.architecture.members <= 9:
         problems.append("architecture.members must be 1..9")
+    window_steps = spec.architecture.member_window_steps
+    if window_steps and len(window_steps) != spec.architecture.members:
+        problems.append("architecture.member_window_steps must name one number of steps per member")
+    if not all(spec.min_observed_steps <= steps <= spec.window_steps for steps in window_steps):
+        problems.append("architecture.member_window_steps must each be in min_observed_steps..window_steps")
     if not 0.0 <= spec.calibration_gain <= 1.0:
         problems.append("calibration_gain must lie in [0, 1]")
     if not 1 <= spec.calibration_hours <= 48:
@@ -117,6 +125,12 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
     if problems:
         raise SpecError(f"{source}: " + "; ".join(problems))
     return spec
+
+
+def _architecture(raw: dict[str, Any]) -> Architecture:
+    return Architecture(
+        **{**raw, "member_window_steps": tuple(int(n) for n in raw.get("member_window_steps", ()))}
+    )
 
 
 def load_specs(models_dir: Path = MODELS_DIR) -> list[ForecasterSpec]:

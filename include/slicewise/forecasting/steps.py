@@ -235,6 +235,8 @@ def hourly_update(
             "quantiles": spec.quantiles,
             "architecture": spec.architecture.kind,
             "lstm_units": spec.architecture.lstm_units,
+            "members": spec.architecture.members,
+            "member_window_steps": spec.architecture.member_window_steps or "whole window",
             "started_from": champion.version if champion else "scratch",
             "champion_set_aside": set_aside or "none",
             "new_windows": report.new_windows,
