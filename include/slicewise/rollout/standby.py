@@ -33,7 +33,8 @@ class Marked:
 
 def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> tuple[Marked, ...]:
     """For each standby taint: taint the nodes of the plan's list and untaint every other managed node that
-    carries it. The first taint goes first, so that a crash in between leaves no node with the second only."""
+    carries it. The first taint goes first, so a crash in between adds no node the second taint alone (a node
+    leaving the large list may keep it alone until the next run: one grade, as before, never a refusal)."""
     return tuple(
         _mark(backend, taint, set(listed))
         for taint, listed in ((STANDBY_TAINT, plan.standby), (STANDBY_LARGE_TAINT, plan.standby_large))
