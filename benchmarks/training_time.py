@@ -91,7 +91,9 @@ def main() -> int:
     if args.child:
         child(int(args.child[0]), int(args.child[1]), args.child[2], args.members, args.member_window_steps)
         return 0
-    passed = [*(["--members", str(args.members)] if args.members is not None else [])]
+    passed = []  # the spec overrides, handed on to each child
+    if args.members is not None:
+        passed += ["--members", str(args.members)]
     if args.member_window_steps is not None:
         passed += ["--member-window-steps", *map(str, args.member_window_steps)]
     for n_gpus in args.gpus:

@@ -356,3 +356,8 @@ def test_a_taint_is_recorded_beside_others_and_kept_in_the_state_file(
     assert cluster.set_taint(name, standby, False).taints == (dedicated,)  # already gone: no error
     with pytest.raises(NodeNotFound):
         cluster.set_taint("no-such-node", standby, True)
+
+
+def test_a_taint_reads_as_kubectl_writes_it() -> None:
+    assert str(Taint("slicewise.io/standby", "PreferNoSchedule")) == "slicewise.io/standby:PreferNoSchedule"
+    assert str(Taint("dedicated", "NoSchedule", "llm")) == "dedicated=llm:NoSchedule"

@@ -77,6 +77,10 @@ class Taint:
         """The same taint as the API server tells them apart: by key and effect."""
         return (self.key, self.effect) == (other.key, other.effect)
 
+    def __str__(self) -> str:
+        """As ``kubectl taint`` writes it: ``key=value:effect``, or ``key:effect`` without a value."""
+        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+
 
 #: The planner's standby nodes (``planning.standby``): the scheduler opens them only when no other node fits.
 STANDBY_TAINT = Taint("slicewise.io/standby", "PreferNoSchedule")

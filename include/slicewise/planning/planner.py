@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT, Taint
+from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT
 from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
@@ -101,11 +101,11 @@ def plan_fleet(
     notes += _releasable(planned, plans)
     if listed.nodes:
         notes.append(
-            f"standby: {len(listed.nodes)} empty nodes without MIG or MPS get the taint {_taint(STANDBY_TAINT)} "
+            f"standby: {len(listed.nodes)} empty nodes without MIG or MPS get the taint {STANDBY_TAINT} "
             "(opened only when no node in use fits; apply mode writes the taints): "
             + _shown(listed.nodes)
             + (
-                f"; the {len(listed.large)} larger than the fleet's smallest also {_taint(STANDBY_LARGE_TAINT)} "
+                f"; the {len(listed.large)} larger than the fleet's smallest also {STANDBY_LARGE_TAINT} "
                 "(opened last): " + _shown(listed.large)
                 if listed.large
                 else ""
@@ -139,10 +139,6 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
         f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): "
         + _shown(empty)
     ]
-
-
-def _taint(taint: Taint) -> str:
-    return f"{taint.key}:{taint.effect}"
 
 
 def _shown(names: Sequence[str]) -> str:

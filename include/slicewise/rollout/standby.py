@@ -26,7 +26,7 @@ class Marked:
 
     def describe(self) -> str:
         return (
-            f"standby taint {self.taint.key}:{self.taint.effect} added on {len(self.added)} nodes "
+            f"standby taint {self.taint} added on {len(self.added)} nodes "
             f"({', '.join(self.added) or '-'}), removed from {len(self.removed)} ({', '.join(self.removed) or '-'})"
         )
 
