@@ -60,6 +60,7 @@ class Settings:
     planner_eviction_cost_s: float
     planner_gpus_without_mig: bool
     planner_split_layouts: bool
+    planner_whole_gpu_demand: str
     planner_max_forecast_age_hours: float
     planner_horizon_minutes: int
     rollout_mode: str

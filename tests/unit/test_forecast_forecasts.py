@@ -100,6 +100,12 @@ def test_pending_demand_is_the_p90_of_the_last_hour_per_real_resource_name(catal
     assert demand.resource == "nvidia.com/mig-3g.40gb"
     assert demand.upper == pytest.approx(2.0)  # 10 of 60 steps at 2 -> P90 = 2
     assert demand.p50 == 0.0
+    assert demand.latest == pytest.approx(2.0)  # pending at the last step
+    # Pending earlier in the hour only (they started two minutes ago; the scheduled pod's rows go on): nothing
+    # pending now.
+    started = frame["unschedulable"] & (frame["timestamp"] > end - pd.Timedelta(minutes=2))
+    (earlier,) = forecasts.pending_demand(frame[~started], 60, catalog)
+    assert earlier.upper == pytest.approx(2.0) and earlier.latest == 0.0
 
 
 def test_pending_pods_asking_for_several_gpus_are_whole_gpu_demand_counted_once(catalog: Catalog) -> None:

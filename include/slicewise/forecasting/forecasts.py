@@ -64,6 +64,8 @@ class DemandForecast:
     models: tuple[str, ...] = ()  # catalogue GPU models the pods allow; () = any
     # The node labels the pods' nodeSelector names, (label, allowed values) pairs (planning.demand.Selector).
     node_selector: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Requests pending at the last step (now); None where unknown (forecasts written before it was kept).
+    latest: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,8 @@ def pending_demand(
     demand: pd.DataFrame, step_s: int, catalog: Catalog, quantile: float = 0.9
 ) -> list[DemandForecast]:
     """Pending GPU requests per kind over the frame's last hour: P50 and upper quantile of the per-step totals
-    (steps with nothing pending count as 0). A baseline forecast, stated as such in docs/planner.md.
+    (steps with nothing pending count as 0), and the last step's total (``latest``: pending now). A baseline
+    forecast, stated as such in docs/planner.md.
 
     Each pod is counted once (:mod:`slicewise.planning.demand`): units of its MIG resource, one ``nvidia.com/gpu``
     request, or — asking for k > 1 GPUs — one pod of ``WHOLE_GPUS`` with ``gpus=k``; a pod that declares a share
@@ -233,7 +236,9 @@ def pending_demand(
         median = float(np.median(per_step))
         if upper > 0 or median > 0:
             kind = WHOLE_GPUS if gpus > 1 else resource
-            out.append(DemandForecast(kind, median, upper, size, gpus, models, selector))
+            out.append(
+                DemandForecast(kind, median, upper, size, gpus, models, selector, latest=float(per_step[-1]))
+            )
     return sorted(out, key=lambda d: (d.resource, d.gpus, d.share or 0.0, d.models, d.node_selector))
 
 

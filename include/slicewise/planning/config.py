@@ -16,6 +16,8 @@ from slicewise.settings import CONFIG_DIR, Settings
 POLICIES = ("packing", "thresholds")
 FALLBACKS = ("none", "baseline")
 CONSOLIDATION = ("off", "whole-gpus", "nodes")  # planning.consolidation
+#: How many pending whole-GPU requests GPUs are kept whole for (planning.planner.whole_pending).
+WHOLE_GPU_DEMAND = ("median", "pending-now")
 
 
 class PlannerConfigError(PermanentError, ValueError):
@@ -48,6 +50,9 @@ class PlannerConfig:
     plan_gpus_without_mig: bool = True
     # packing: also the per-GPU split configs (sw-<k>of<n>-*: MIG on the first GPUs, the others whole).
     split_layouts: bool = True
+    # packing: GPUs are kept whole (and nodes emptied) for the whole-GPU pods that waited most of the last hour
+    # ("median") or for those still pending now, at most the hour's upper quantile ("pending-now").
+    whole_gpu_demand: str = "median"
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -65,6 +70,10 @@ class PlannerConfig:
         if self.consolidation not in CONSOLIDATION:
             raise PlannerConfigError(
                 f"planner_consolidation must be one of {CONSOLIDATION}, got {self.consolidation!r}"
+            )
+        if self.whole_gpu_demand not in WHOLE_GPU_DEMAND:
+            raise PlannerConfigError(
+                f"planner_whole_gpu_demand must be one of {WHOLE_GPU_DEMAND}, got {self.whole_gpu_demand!r}"
             )
         if self.eviction_cost_s < 0:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
@@ -93,6 +102,7 @@ class PlannerConfig:
             standby=settings.planner_standby,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
+            whole_gpu_demand=settings.planner_whole_gpu_demand,
         )
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
 from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT
-from slicewise.forecasting.forecasts import Forecasts, SeriesForecast
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
@@ -47,7 +47,7 @@ def plan_fleet(
     now: datetime,
 ) -> FleetPlan:
     """The plan for every observed node; pure: same inputs, same plan."""
-    pool = demand_pool(forecasts)
+    pool = demand_pool(forecasts, config.whole_gpu_demand)
     notes = []
     acting = forecasts.trusted or config.fallback == "baseline"
     if not forecasts.trusted:
@@ -87,7 +87,7 @@ def plan_fleet(
         plans.append(plan)
         planned.append(Planned(ctx, plan, proposal))
     if config.policy == "packing" and acting:
-        steady = steady_demand(forecasts)
+        steady = steady_demand(forecasts, config.whole_gpu_demand)
         moved = consolidate(planned, pool, steady, catalog, config, now)
         plans = [moved.get(plan.node, plan) for plan in plans]
         shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
@@ -145,28 +145,44 @@ def _shown(names: Sequence[str]) -> str:
     return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def demand_pool(forecasts: Forecasts) -> Pool:
+def demand_pool(forecasts: Forecasts, whole: str = "median") -> Pool:
     """The pending requests the plan hands out: each forecast kind at its upper quantile, except whole-GPU
-    requests at the median. Keeping GPUs whole turns away every smaller request, so they are kept only for the
-    whole-GPU pods that waited most of the last hour, not for one that waited a few minutes and started since
-    (on the ``default`` trace under the bin-packing scheduler model the upper quantile made the mean wait
-    +128 % against static, the median +3 %; see docs/backtest.md)."""
+    requests, counted as ``whole`` says (:func:`whole_pending`)."""
     return Pool(
-        (request, d.p50 if request.whole else d.upper)
+        (request, count)
         for d in forecasts.demand
         if (request := request_for(d.resource, d.share, d.gpus, d.models, d.node_selector))
-        and (d.p50 if request.whole else d.upper) > 0
+        and (count := whole_pending(d, whole) if request.whole else d.upper) > 0
     )
 
 
-def steady_demand(forecasts: Forecasts) -> dict[Request, float]:
-    """The pending requests of each kind that waited most of the time (the median): what a disruptive move may
-    count on, where the upper quantile may be a pod that waited a few minutes and started since."""
-    return {
-        request_for(d.resource, d.share, d.gpus, d.models, d.node_selector): d.p50
-        for d in forecasts.demand
-        if d.p50 > 0
-    }
+def whole_pending(d: DemandForecast, rule: str = "median") -> float:
+    """Whole-GPU requests the plan keeps GPUs whole (and empties nodes) for (``planner_whole_gpu_demand``).
+
+    Keeping GPUs whole turns every smaller request away, so a whole-GPU pod that waited a few minutes and started
+    since must not empty a node: on the ``default`` trace under the bin-packing scheduler model the upper quantile
+    made the mean wait +128 % against static. ``median``: the pods that waited most of the last hour (+3 % there).
+    It leaves out a pod that arrived in the last half hour and still waits, which then waits for the plan after
+    next. ``pending-now``: the pods still pending now, at most the hour's upper quantile (a pod pending at the
+    last step only may well start on its own); the median where the forecast does not say what is pending now.
+    With the bin-packing profile it serves the multi-GPU pods sooner at no cost to the small ones; with
+    spreading, the small pods pay (docs/backtest.md, "Whole GPUs for the pods pending now")."""
+    if rule == "pending-now" and d.latest is not None:
+        return min(d.upper, d.latest)
+    return d.p50
+
+
+def steady_demand(forecasts: Forecasts, whole: str = "median") -> dict[Request, float]:
+    """The pending requests of each kind that a disruptive move may count on: whole-GPU ones as ``whole`` says
+    (:func:`whole_pending`), others the median (those that waited most of the time, where the upper quantile may
+    be a pod that waited a few minutes and started since)."""
+    out = {}
+    for d in forecasts.demand:
+        request = request_for(d.resource, d.share, d.gpus, d.models, d.node_selector)
+        count = whole_pending(d, whole) if request.whole else d.p50
+        if count > 0:
+            out[request] = count
+    return out
 
 
 def _idle_key(ctx: NodeContext, pool: Pool) -> tuple[object, ...] | None:

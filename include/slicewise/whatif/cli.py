@@ -26,7 +26,7 @@ DEFAULT_POLICIES = "static,static-mig,reactive,packing,oracle,ideal"
 
 
 def register(subparsers: Any) -> None:
-    from slicewise.planning.config import PlannerConfig
+    from slicewise.planning.config import WHOLE_GPU_DEMAND, PlannerConfig
 
     parser = subparsers.add_parser(
         "backtest",
@@ -115,6 +115,13 @@ def register(subparsers: Any) -> None:
         help="the planner taints empty nodes without MIG or MPS PreferNoSchedule, those larger than the fleet's "
         "smallest twice, so the scheduler opens them after the nodes in use, the larger last (planner_standby; "
         "default as production)",
+    )
+    parser.add_argument(
+        "--whole-gpu-demand",
+        choices=WHOLE_GPU_DEMAND,
+        default=PlannerConfig().whole_gpu_demand,
+        help="whole-GPU pods the planner keeps GPUs whole for: those that waited most of the last hour (median) or "
+        "those still pending now (pending-now) (planner_whole_gpu_demand; default as production)",
     )
     parser.add_argument(
         "--compare-standby",
@@ -259,6 +266,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             release_below=args.release_below,
             shared_reserve=args.shared_reserve,
             standby=args.standby,
+            whole_gpu_demand=args.whole_gpu_demand,
         ),
     )
     models = config.fleet_models(fleet, catalog)  # checks --gpu-model and --model-map

@@ -416,8 +416,8 @@ class Replay:
         return Forecasts(
             series=tuple(series),
             demand=tuple(
-                DemandForecast(r.resource, p50, upper, r.size, r.gpus, r.models, r.selector)
-                for r, (p50, upper) in sorted(demand.items(), key=lambda item: item[0].label)
+                DemandForecast(r.resource, p50, upper, r.size, r.gpus, r.models, r.selector, latest)
+                for r, (p50, upper, latest) in sorted(demand.items(), key=lambda item: item[0].label)
             ),
             predictor=predictor,
             trusted=True,
@@ -432,19 +432,22 @@ class Replay:
         pin = ((TRACE_MODEL_LABEL, pod.models),) if pod.models else ()
         return request_for(GPU_RESOURCE, pod.share, pod.gpus, allowed, pin)
 
-    def _demand(self, now: float) -> dict[Request, tuple[float, float]]:
-        """Pending requests per kind as the planner gets them, (P50, upper): ``now`` -> what waits now;
-        ``forecast`` -> the median and P90 of the last hour's samples of what waited (the production baseline,
-        forecasting.forecasts.pending_demand); ``future`` -> the same over the next hour, as it will be if nothing
-        changes (the oracle)."""
+    def _demand(self, now: float) -> dict[Request, tuple[float, float, float | None]]:
+        """Pending requests per kind as the planner gets them, (P50, upper, pending now): ``now`` -> what waits
+        now; ``forecast`` -> the median and P90 of the last hour's samples of what waited, and the last sample
+        (the production baseline, forecasting.forecasts.pending_demand); ``future`` -> the median and P90 over the
+        next hour, as it will be if nothing changes (the oracle; pending now unsaid, so whole-GPU requests count at
+        the median, planning.planner.whole_pending)."""
         if self.policy.view == NOW:
-            return {kind: (float(n), float(n)) for kind, n in self.queued_demand.items() if n > 0}
-        samples = list(self.waiting_samples) if self.policy.view != FUTURE else self._lookahead(now)
+            return {kind: (float(n), float(n), float(n)) for kind, n in self.queued_demand.items() if n > 0}
+        future = self.policy.view == FUTURE
+        samples = self._lookahead(now) if future else list(self.waiting_samples)
         kinds: set[Request] = set().union(*samples) if samples else set()
-        out = {}
+        out: dict[Request, tuple[float, float, float | None]] = {}
         for kind in kinds:
             counts = [s.get(kind, 0) for s in samples]
-            out[kind] = (float(np.median(counts)), float(np.quantile(counts, 0.9)))
+            latest = None if future else float(counts[-1])
+            out[kind] = (float(np.median(counts)), float(np.quantile(counts, 0.9)), latest)
         return out
 
     def _lookahead(self, now: float) -> list[Counter[Request]]:

@@ -57,6 +57,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "release_below": config.planner.release_below,
                 "shared_reserve": config.planner.shared_reserve,
                 "standby": config.planner.standby,
+                "whole_gpu_demand": config.planner.whole_gpu_demand,
             },
         },
         "seconds": round(backtest.seconds, 1),

@@ -21,13 +21,18 @@ GPU = "nvidia.com/gpu"
 
 
 def _plan(
-    catalog: Catalog, config: PlannerConfig, *, evictable: bool = True, median: float = 1.0
+    catalog: Catalog,
+    config: PlannerConfig,
+    *,
+    evictable: bool = True,
+    median: float = 1.0,
+    latest: float | None = None,
 ) -> FleetPlan:
     """Two 2-GPU H100 nodes without MIG, one single-GPU pod on each; a pod asking for 2 GPUs waits (P90 one
-    pod; ``median`` how many waited most of the last hour)."""
+    pod; ``median`` how many waited most of the last hour, ``latest`` how many wait now)."""
     nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=2) for n in ("h1", "h2")]
     pods = [pod("svc-1", "h1", GPU, evictable=evictable), pod("svc-2", "h2", GPU)]
-    demand = (DemandForecast(WHOLE_GPUS, median, 1.0, gpus=2),)
+    demand = (DemandForecast(WHOLE_GPUS, median, 1.0, gpus=2, latest=latest),)
     loads = whole_gpu_load("h1", 2, 0.3) + whole_gpu_load("h2", 2, 0.3)
     return plan_fleet(
         [observe(nodes[0], pods[0]), observe(nodes[1], pods[1])],
@@ -66,6 +71,20 @@ def test_no_consolidation_for_a_pod_that_waited_only_minutes_or_when_switched_of
     )
     off = PlannerConfig(max_change_share=1.0, consolidation="off")
     assert all(p.action == KEEP for p in _plan(catalog, off).nodes)
+
+
+def test_pending_now_evicts_for_a_pod_still_pending_and_not_for_one_that_started_since(
+    catalog: Catalog,
+) -> None:
+    config = PlannerConfig(max_change_share=1.0, whole_gpu_demand="pending-now")
+    # Arrived in the last half hour (median 0) and still pending: h1 is emptied for it now, not an hour later.
+    first, _ = _plan(catalog, config, median=0.0, latest=1.0).nodes
+    assert first.action == CHANGE and first.rule == RULE
+    # Waited most of the hour (median 1) but started since: nothing is moved for it.
+    assert all(p.action == KEEP for p in _plan(catalog, config, median=1.0, latest=0.0).nodes)
+    # The default counts the median: the pod that arrived in the last half hour waits for a later plan.
+    default = PlannerConfig(max_change_share=1.0)
+    assert all(p.action == KEEP for p in _plan(catalog, default, median=0.0, latest=1.0).nodes)
 
 
 def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Catalog) -> None:

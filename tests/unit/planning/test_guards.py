@@ -120,3 +120,5 @@ def test_bad_planner_settings_are_refused() -> None:
         PlannerConfig(low_util=0.9, high_util=0.5)
     with pytest.raises(PlannerConfigError, match="planner_release_below"):
         PlannerConfig(release_below=1.5)
+    with pytest.raises(PlannerConfigError, match="planner_whole_gpu_demand must be one of"):
+        PlannerConfig(whole_gpu_demand="p90")

@@ -198,6 +198,37 @@ def test_whole_gpus_are_kept_only_for_pods_that_waited_most_of_the_hour(catalog:
     assert plan_for(0) != "default"
 
 
+def test_pending_now_keeps_whole_gpus_for_pods_pending_now_at_most_the_hours_upper_quantile(
+    catalog: Catalog,
+) -> None:
+    from slicewise.catalog.resources import WHOLE_GPUS
+
+    whole = node("h1", model="H100-80GB", mig_config="all-disabled", plugin="default", gpus=4)
+    loads = whole_gpu_load("h1", 4, 0.0, memory=0.0)
+
+    def plan_for(p50: float, upper: float, latest: float | None, rule: str = "pending-now") -> str:
+        # 12 tenants wait all hour; pods wanting 4 whole GPUs: the hour's median and P90, and how many wait now.
+        demand = (
+            DemandForecast("nvidia.com/gpu", 12, 12),
+            DemandForecast(WHOLE_GPUS, p50, upper, latest=latest),
+        )
+        forecast = dataclasses.replace(forecasts(loads), demand=demand)
+        config = PlannerConfig(max_change_share=1.0, whole_gpu_demand=rule)
+        return (
+            plan_fleet([observe(whole)], forecast, catalog, config, NOW).nodes[0].desired.device_plugin_config
+        )
+
+    # Arrived in the last half hour (median 0), pending for several samples and now: the GPUs stay whole.
+    assert plan_for(0, 4, 4) == "default"
+    # Waited all hour (median 4) but started since (none pending now): the tenants get the GPUs.
+    assert plan_for(4, 4, 0) != "default"
+    # Pending at the last sample only (below the P90): it may start on its own; the tenants get the GPUs.
+    assert plan_for(0, 0, 4) != "default"
+    # A forecast that does not say what is pending now: the median, as the default rule always counts.
+    assert plan_for(4, 4, None) == "default" and plan_for(0, 4, None) != "default"
+    assert plan_for(0, 4, 4, rule="median") != "default"
+
+
 def test_gpus_without_mig_are_left_alone_in_production_and_shared_by_mps_where_planned(
     catalog: Catalog,
 ) -> None:

@@ -167,6 +167,9 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     assert main([*args, "--policies", "static", "--shared-reserve", "0", "--no-prefer-shared", "--json"]) == 0
     model = json.loads(capsys.readouterr().out)["model"]
     assert (model["planner"]["shared_reserve"], model["prefer_shared"]) == (0.0, False)
+    assert model["planner"]["whole_gpu_demand"] == "median"
+    assert main([*args, "--policies", "static", "--whole-gpu-demand", "pending-now", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["whole_gpu_demand"] == "pending-now"
     [choice] = out["consolidation_choice"]
     assert choice.startswith("packing: least wait with planner_consolidation=")
     assert main([*args, "--policies", "static,packing", "--consolidation", "all", "--html", "/dev/null"]) == 0
