@@ -270,6 +270,15 @@ def main() -> None:
         help="the spec's calibration_dead_band, |log-factor| treated as none (default: the shipped spec's)",
     )
     parser.add_argument(
+        "--expert-mix",
+        type=float,
+        default=None,
+        metavar="ETA",
+        help="turn the spec's expert_mix on with this expert_eta: the model itself weighs its quantiles with the "
+        "window's simple forecasts, refitted on the calibration hour of every update, as production would "
+        "(default: the shipped spec's)",
+    )
+    parser.add_argument(
         "--expert-weights",
         nargs="+",
         choices=["hedge", "leader"],
@@ -350,6 +359,8 @@ def main() -> None:
             if args.calibration_dead_band is None
             else args.calibration_dead_band
         ),
+        expert_mix=shipped.expert_mix if args.expert_mix is None else True,
+        expert_eta=shipped.expert_eta if args.expert_mix is None else args.expert_mix,
         architecture=dataclasses.replace(
             shipped.architecture,
             members=shipped.architecture.members if args.members is None else args.members,

@@ -1,7 +1,7 @@
 """Benchmark: one incremental hourly forecaster update for 1,000 and 10,000 simulated GPUs.
 
     .venv/bin/python benchmarks/training_time.py [--gpus 1000 10000] [--hours 4]
-        [--members 3 --member-window-steps 120 60 30]
+        [--members 3 --member-window-steps 120 60 30] [--expert-mix 5]
 
 Each size runs in a child process (its own peak memory, read from VmHWM): simulate `--hours` of the synthetic
 fleet, build the panel, then time `hourly_update` end to end (train from scratch, evaluate against the
@@ -28,7 +28,9 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
-def child(n_gpus: int, hours: int, workdir: str, members: int | None, spans: list[int] | None) -> None:
+def child(
+    n_gpus: int, hours: int, workdir: str, members: int | None, spans: list[int] | None, mix: float | None
+) -> None:
     import dataclasses
 
     import numpy as np
@@ -46,6 +48,8 @@ def child(n_gpus: int, hours: int, workdir: str, members: int | None, spans: lis
     if spans is not None:
         architecture = dataclasses.replace(architecture, member_window_steps=tuple(spans))
     spec = dataclasses.replace(spec, architecture=architecture)
+    if mix is not None:
+        spec = dataclasses.replace(spec, expert_mix=True, expert_eta=mix)
     fleet = Fleet.synthetic(n_gpus, seed=11)
     began = time.perf_counter()
     frame = gpu_samples(fleet, np.arange(START_S, START_S + hours * 3600, spec.step_s))
@@ -86,16 +90,32 @@ def main() -> int:
         default=None,
         help="each member's span (default: the spec's)",
     )
+    parser.add_argument(
+        "--expert-mix",
+        type=float,
+        default=None,
+        metavar="ETA",
+        help="turn the spec's expert_mix on with this eta",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(int(args.child[0]), int(args.child[1]), args.child[2], args.members, args.member_window_steps)
+        child(
+            int(args.child[0]),
+            int(args.child[1]),
+            args.child[2],
+            args.members,
+            args.member_window_steps,
+            args.expert_mix,
+        )
         return 0
     passed = []  # the spec overrides, handed on to each child
     if args.members is not None:
         passed += ["--members", str(args.members)]
     if args.member_window_steps is not None:
         passed += ["--member-window-steps", *map(str, args.member_window_steps)]
+    if args.expert_mix is not None:
+        passed += ["--expert-mix", str(args.expert_mix)]
     for n_gpus in args.gpus:
         with tempfile.TemporaryDirectory(prefix="slicewise-train-bench-") as tmp:
             # cwd: MLflow on a bare SQLite URI puts artifacts under ./mlruns, which must not land in the checkout.

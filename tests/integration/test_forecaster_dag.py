@@ -192,3 +192,42 @@ def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_w
     assert "champion" not in result["reason"].replace("no champion yet", "")
     expected = result["version"] if result["promoted"] else old_version
     assert adapter.champion_version(mlflow_server, spec.name) == expected
+
+
+def test_an_update_with_the_expert_mix_fits_logs_and_registers_its_weights(
+    mlflow_server: str, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    import mlflow.keras
+    import numpy as np
+    import pandas as pd
+
+    from slicewise.forecasting.backtest import panel_from_long
+    from slicewise.forecasting.experts import MIX_EXPERTS
+    from slicewise.forecasting.model import expert_weights_of
+    from slicewise.forecasting.steps import hourly_update
+    from tests.support.forecasting import synthetic_csv, tiny_spec
+
+    spec = dataclasses.replace(tiny_spec(), name="mixed_forecaster", min_observed_steps=4, expert_mix=True)
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=8, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    result = hourly_update(spec, panel, tracking_uri=mlflow_server, experiment="mixed", tags={})
+    run = registry(mlflow_server).get_run(result["run_id"])
+    assert (run.data.params["expert_mix"], run.data.params["expert_eta"]) == ("True", "5.0")
+    logged = np.array(
+        [
+            [
+                [run.data.metrics[f"experts.h{m}.p{round(q * 100)}.{e}"] for e in MIX_EXPERTS]
+                for q in spec.quantiles
+            ]
+            for m in spec.horizons_minutes
+        ]
+    )
+    # Fitted on the hour after training: weights per horizon and quantile that sum to 1, not all on the model.
+    np.testing.assert_allclose(logged.sum(axis=-1), 1.0, rtol=1e-5)
+    assert (logged[..., 0] < 1.0).any()
+    # The registered version carries the weights it was logged with.
+    mlflow.set_tracking_uri(mlflow_server)
+    loaded = mlflow.keras.load_model(f"models:/mixed_forecaster/{result['version']}")
+    np.testing.assert_allclose(expert_weights_of(loaded), logged, rtol=1e-5)

@@ -274,8 +274,8 @@ def _fold(
     it on the hour after, score it on the windows ending in ``[cut, end)``; with ``expert_rules``, also the
     combinations fitted on ``live`` (the forecasts of earlier folds), returned with this fold's added."""
     from slicewise.forecasting.evaluation import evaluate
-    from slicewise.forecasting.model import calibration_of, predict, set_calibration
-    from slicewise.forecasting.training import calibrate, train
+    from slicewise.forecasting.model import calibration_of, has_expert_mix, predict, set_calibration
+    from slicewise.forecasting.training import calibrate, mix_experts, train
 
     previous = calibration_of(model)  # the last fold's, as production carries the champion's
     stride = spec.training.window_stride
@@ -286,6 +286,8 @@ def _fold(
         replay = make_windows(panel.head(trained_to), spec, stride=stride)
     report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
     factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
+    if has_expert_mix(model):  # fitted on the same hour, after the calibration, as production does
+        mix_experts(model, panel, spec, train_end, cut)
     identity = np.zeros_like(factors)
 
     served: list[np.ndarray] = []  # the calibrated model's forecasts of the scored windows

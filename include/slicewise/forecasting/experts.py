@@ -37,6 +37,10 @@ import numpy as np
 
 from slicewise.forecasting import calibration
 
+#: The experts a model's expert mix (``spec.expert_mix``, :class:`slicewise.forecasting.model.ExpertMix`)
+#: weighs: the calibrated model, then the window's simple forecasts as the model's anchors read them (the
+#: ``WindowAnchors`` columns last value, the last hour's mean, EWMA and P90), and zero.
+MIX_EXPERTS = ("model", "last_value", "mean_last_hour", "ewma_last_hour", "p90_last_hour", "always_zero")
 HEDGE = "hedge"
 LEADER = "leader"
 #: Recalibration of the mix: none, an additive conformal shift, or a multiplicative factor.

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+from slicewise.forecasting.experts import MIX_EXPERTS as EXPERTS
 from slicewise.forecasting.windows import FEATURES
 
 if TYPE_CHECKING:
@@ -304,6 +305,113 @@ def identity_calibration(model: keras.Model) -> np.ndarray:
     return np.zeros_like(calibration_of(model))
 
 
+EXPERT_MIX = "experts"
+
+
+@keras.saving.register_keras_serializable(package="slicewise")
+class ExpertMix(layers.Layer):
+    """[(batch, horizons, quantiles), (batch, anchors)] -> (batch, horizons, quantiles): per horizon and quantile,
+    a weighted sum of the model's quantile and the window's simple forecasts (:data:`EXPERTS`), quantiles kept
+    from crossing. The weights are not trained: :func:`set_expert_weights` writes the ones
+    :func:`slicewise.forecasting.training.mix_experts` fitted, so they are saved and loaded with the model
+    version; all on the model (identity) until then."""
+
+    def __init__(self, horizons: int, quantiles: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.horizons, self.quantiles = int(horizons), int(quantiles)
+
+    def build(self, input_shape: Any) -> None:
+        self.mix = self.add_weight(
+            shape=(self.horizons, self.quantiles, len(EXPERTS)),
+            initializer=keras.initializers.Constant(0.0),
+            trainable=False,
+            name="weights",
+        )
+        self.mix.assign(identity_mix(self.horizons, self.quantiles))
+
+    def call(self, inputs: Any) -> Any:
+        quantiles, anchors = inputs
+        points = ops.concatenate([anchors[:, : len(EXPERTS) - 2], ops.zeros_like(anchors[:, :1])], axis=-1)
+        mixed = quantiles * self.mix[..., 0] + ops.einsum("be,hqe->bhq", points, self.mix[..., 1:])
+        out = [mixed[..., 0]]
+        for j in range(1, self.quantiles):
+            out.append(ops.maximum(out[-1], mixed[..., j]))
+        return ops.stack(out, axis=-1)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return tuple(input_shape[0])
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "horizons": self.horizons, "quantiles": self.quantiles}
+
+
+def identity_mix(horizons: int, quantiles: int) -> np.ndarray:
+    """(horizons, quantiles, experts) weights all on the model."""
+    weights = np.zeros((horizons, quantiles, len(EXPERTS)), dtype="float32")
+    weights[..., 0] = 1.0
+    return weights
+
+
+def with_expert_mix(model: keras.Model, spec: ForecasterSpec) -> keras.Model:
+    """``model`` ending in an :class:`ExpertMix` (added at identity to a version registered without one),
+    compiled as built models are."""
+    if _expert_mix(model) is not None:
+        return model
+    horizons, quantiles = (int(d) for d in model.output_shape[1:])
+    anchors = WindowAnchors(_hour_steps(spec), name="expert_anchors")(model.inputs[0])
+    outputs = ExpertMix(horizons, quantiles, name=EXPERT_MIX)([model.output, anchors])
+    mixed = keras.Model(model.inputs, outputs, name=model.name)
+    optimizer = getattr(model, "optimizer", None) or "adam"
+    loss = getattr(model, "loss", None)
+    if loss is not None:
+        mixed.compile(optimizer=optimizer, loss=loss)
+    return mixed
+
+
+def _expert_mix(model: keras.Model) -> ExpertMix | None:
+    return next((layer for layer in model.layers if isinstance(layer, ExpertMix)), None)
+
+
+def has_expert_mix(model: keras.Model) -> bool:
+    return _expert_mix(model) is not None
+
+
+def set_expert_weights(model: keras.Model, weights: np.ndarray) -> None:
+    """Write (horizons, quantiles, experts) weights into the model's :class:`ExpertMix`."""
+    layer = _expert_mix(model)
+    if layer is None:
+        raise ValueError(f"{model.name} has no expert mix")
+    layer.mix.assign(np.asarray(weights, dtype="float32"))
+
+
+def expert_weights_of(model: keras.Model) -> np.ndarray | None:
+    """The model's (horizons, quantiles, experts) weights, or None without an expert mix."""
+    layer = _expert_mix(model)
+    return None if layer is None else np.asarray(layer.mix.numpy(), dtype=np.float64)
+
+
+def expert_forecasts(model: keras.Model, inputs: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+    """(n, horizons, quantiles, experts): what each expert of the model's :class:`ExpertMix` forecasts for
+    ``inputs`` (the model's calibrated quantiles, then the window's simple forecasts, each for every quantile)."""
+    layer = _expert_mix(model)
+    if layer is None:
+        raise ValueError(f"{model.name} has no expert mix")
+    horizons, quantiles = layer.horizons, layer.quantiles
+    if len(inputs) == 0:
+        return np.empty((0, horizons, quantiles, len(EXPERTS)))
+    reader = keras.Model(model.inputs, layer.input)
+    calibrated, anchors = (
+        np.asarray(a, dtype=np.float64) for a in reader.predict(inputs, batch_size=batch_size, verbose=0)
+    )
+    points = np.concatenate([anchors[:, : len(EXPERTS) - 2], np.zeros((len(anchors), 1))], axis=1)
+    spread = np.broadcast_to(points[:, None, None, :], (len(points), horizons, quantiles, points.shape[1]))
+    return np.concatenate([calibrated[..., None], spread], axis=-1)
+
+
+def _hour_steps(spec: ForecasterSpec) -> int:
+    return min(spec.window_steps, max(1, 3600 // spec.step_s))
+
+
 @keras.saving.register_keras_serializable(package="slicewise")
 class MemberMedian(layers.Layer):
     """[(batch, horizons, quantiles)] x members -> their median per horizon and quantile. The median of
@@ -339,6 +447,11 @@ def build_model(spec: ForecasterSpec) -> keras.Model:
         raw = MemberMedian(name="median")(members)
     # Identity until an update calibrates it on its newest windows (slicewise.forecasting.calibration).
     outputs = Calibration(len(spec.horizons_minutes), len(spec.quantiles), name=CALIBRATION)(raw)
+    if spec.expert_mix:  # identity until an update fits its weights (training.mix_experts)
+        anchors = WindowAnchors(_hour_steps(spec), name="expert_anchors")(inputs)
+        outputs = ExpertMix(len(spec.horizons_minutes), len(spec.quantiles), name=EXPERT_MIX)(
+            [outputs, anchors]
+        )
     model = keras.Model(inputs, outputs, name=spec.name)
     model.compile(
         optimizer=keras.optimizers.Adam(spec.training.learning_rate), loss=PinballLoss(spec.quantiles)
@@ -372,7 +485,7 @@ def _network(spec: ForecasterSpec, inputs: Any, lookback: int | None = None) -> 
     hidden = layers.Dropout(arch.dropout)(hidden)
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
-    anchors = WindowAnchors(min(spec.window_steps, max(1, 3600 // spec.step_s)), name="anchors")(inputs)
+    anchors = WindowAnchors(_hour_steps(spec), name="anchors")(inputs)
     return AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
 
 

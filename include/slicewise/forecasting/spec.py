@@ -69,6 +69,11 @@ class ForecasterSpec:
     #: A fitted log-factor within +-this counts as no correction: the update moves towards identity instead
     #: (key ``calibration_dead_band``, default 0: every fit counts).
     calibration_dead_band: float = 0.0
+    #: Combine the calibrated quantiles with the window's simple forecasts (last value, the last hour's mean,
+    #: EWMA and P90, zero), weighted per horizon and quantile by Hedge on the calibration hour
+    #: (slicewise.forecasting.experts; key ``expert_mix``, default off) with this ``eta`` (key ``expert_eta``).
+    expert_mix: bool = False
+    expert_eta: float = 5.0
 
     def horizon_steps(self) -> tuple[int, ...]:
         return tuple(max(1, round(minutes * 60 / self.step_s)) for minutes in self.horizons_minutes)
@@ -97,6 +102,8 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
             calibration_gain=float(raw.get("calibration_gain", 0.0)),
             calibration_hours=int(raw.get("calibration_hours", 1)),
             calibration_dead_band=float(raw.get("calibration_dead_band", 0.0)),
+            expert_mix=_flag(raw.get("expert_mix", False)),
+            expert_eta=float(raw.get("expert_eta", 5.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{source}: invalid or missing key: {exc}") from exc
@@ -120,11 +127,19 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("calibration_hours must be 1..48")
     if not 0.0 <= spec.calibration_dead_band < 0.5:
         problems.append("calibration_dead_band must lie in [0, 0.5)")
+    if not 0.0 <= spec.expert_eta <= 100.0:
+        problems.append("expert_eta must lie in [0, 100]")
     if spec.promotion.horizon_minutes not in spec.horizons_minutes:
         problems.append("promotion.horizon_minutes must be one of horizons_minutes")
     if problems:
         raise SpecError(f"{source}: " + "; ".join(problems))
     return spec
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expert_mix must be true or false, got {value!r}")
+    return value
 
 
 def _architecture(raw: dict[str, Any]) -> Architecture:

@@ -18,6 +18,7 @@ import numpy as np
 from slicewise.errors import NotYet
 from slicewise.forecasting import registry
 from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
+from slicewise.forecasting.experts import MIX_EXPERTS
 from slicewise.forecasting.promotion import CHAMPION, Decision, decide
 from slicewise.forecasting.spec import ForecasterSpec
 from slicewise.forecasting.training import TrainReport, train
@@ -150,11 +151,13 @@ def hourly_update(
     from slicewise.forecasting.model import (
         build_model,
         calibration_of,
+        has_expert_mix,
         predict,
         reads_current_features,
         with_calibration,
+        with_expert_mix,
     )
-    from slicewise.forecasting.training import calibrate, calibration_start
+    from slicewise.forecasting.training import calibrate, calibration_start, mix_experts
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
     eval_from = split_steps(panel, spec)
@@ -172,6 +175,8 @@ def hourly_update(
         )
         champion = None
     model = with_calibration(_copy(champion.model, spec)) if champion is not None else build_model(spec)
+    if spec.expert_mix:  # a version registered before the spec turned the mix on gets it at identity
+        model = with_expert_mix(model, spec)
 
     hour = 3600 // panel.step_s
     # Training stops an hour and a horizon before the held-out hour: that hour calibrates the quantiles on
@@ -213,6 +218,18 @@ def hourly_update(
         np.round(factors, 3).tolist(),
         np.round(fitted, 3).tolist(),
     )
+    mixture = (
+        mix_experts(model, subsample(panel, EVAL_SERIES, seed + 2), spec, train_end, eval_from)
+        if has_expert_mix(model) and train_end < eval_from
+        else None
+    )
+    if mixture is not None:
+        log.info(
+            "expert mix of %s (weights of %s per horizon x quantile): %s",
+            spec.name,
+            ", ".join(MIX_EXPERTS),
+            np.round(mixture, 3).tolist(),
+        )
 
     predictors = {MODEL: lambda x: predict(model, x)}
     if champion is not None:
@@ -237,6 +254,8 @@ def hourly_update(
             "lstm_units": spec.architecture.lstm_units,
             "members": spec.architecture.members,
             "member_window_steps": spec.architecture.member_window_steps or "whole window",
+            "expert_mix": spec.expert_mix,
+            "expert_eta": spec.expert_eta if spec.expert_mix else "off",
             "started_from": champion.version if champion else "scratch",
             "champion_set_aside": set_aside or "none",
             "new_windows": report.new_windows,
@@ -249,6 +268,7 @@ def hourly_update(
             **evaluation.flat(),
             **_calibration_metrics(spec, factors, "calibration"),
             **_calibration_metrics(spec, fitted, "calibration.fit"),
+            **(_expert_metrics(spec, mixture) if mixture is not None else {}),
             "train.final_loss": report.final_loss,
             "train.seconds": report.seconds,
         },
@@ -293,6 +313,16 @@ def _calibration_metrics(spec: ForecasterSpec, log_factors: np.ndarray, prefix: 
         f"{prefix}.h{minutes}.p{round(q * 100)}": float(np.exp(log_factors[h, j]))
         for h, minutes in enumerate(spec.horizons_minutes)
         for j, q in enumerate(spec.quantiles)
+    }
+
+
+def _expert_metrics(spec: ForecasterSpec, weights: np.ndarray) -> dict[str, float]:
+    """``experts.h{minutes}.p{level}.{expert}``: each expert's weight in the mix (the model's 1 = no mix)."""
+    return {
+        f"experts.h{minutes}.p{round(q * 100)}.{name}": float(weights[h, j, e])
+        for h, minutes in enumerate(spec.horizons_minutes)
+        for j, q in enumerate(spec.quantiles)
+        for e, name in enumerate(MIX_EXPERTS)
     }
 
 

@@ -64,12 +64,17 @@ def train(
         PinballLoss,
         ensemble_members,
         has_calibration,
+        has_expert_mix,
         identity_calibration,
+        identity_mix,
         set_calibration,
+        set_expert_weights,
     )
 
     if has_calibration(model):  # the core learns raw quantiles; calibrate() rescales them afterwards
         set_calibration(model, identity_calibration(model))
+    if has_expert_mix(model):  # and mix_experts() weighs them with the window's simple forecasts after that
+        set_expert_weights(model, identity_mix(len(spec.horizons_minutes), len(spec.quantiles)))
     budget = spec.training.time_budget_s if time_budget_s is None else time_budget_s
     members = ensemble_members(model)
     networks = members or [model]
@@ -146,3 +151,32 @@ def calibrate(
     factors = update(previous, fitted, spec.calibration_gain, spec.calibration_dead_band)
     set_calibration(model, factors)
     return factors, fitted
+
+
+def mix_experts(model: Any, panel: Panel, spec: ForecasterSpec, train_end: int, eval_from: int) -> np.ndarray:
+    """Fit the weights of the model's expert mix (:class:`slicewise.forecasting.model.ExpertMix`) on the windows
+    ending in ``[train_end, eval_from)`` whose targets lie before ``eval_from`` (the hour after training, as the
+    calibration is fitted; after it, so the model expert is the calibrated model), per horizon and quantile by
+    Hedge with the spec's ``expert_eta`` (:func:`slicewise.forecasting.experts.weights`), and write them into the
+    model; identity (all on the model) where the spec's ``expert_mix`` is off or no window is usable. Returns the
+    (horizons, quantiles, experts) weights written."""
+    from slicewise.forecasting.experts import HEDGE, ExpertRule, pinball_losses, weights
+    from slicewise.forecasting.model import expert_forecasts, identity_mix, set_expert_weights
+
+    fitted = identity_mix(len(spec.horizons_minutes), len(spec.quantiles)).astype(np.float64)
+    set_expert_weights(model, fitted)
+    if not spec.expert_mix:
+        return fitted
+    windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=train_end)
+    if not len(windows.inputs):
+        return fitted
+    forecasts = expert_forecasts(model, windows.inputs)
+    rule = ExpertRule(HEDGE, eta=spec.expert_eta)
+    for h in range(len(spec.horizons_minutes)):
+        actual = windows.targets[:, h].astype(np.float64)
+        for j, tau in enumerate(spec.quantiles):
+            weight = weights(pinball_losses(actual, forecasts[:, h, j, :], tau), rule)
+            if weight.sum() > 0:
+                fitted[h, j] = weight
+    set_expert_weights(model, fitted)
+    return fitted
