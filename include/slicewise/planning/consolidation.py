@@ -86,8 +86,9 @@ def consolidate(
 ) -> dict[str, NodePlan]:
     """The plans that become consolidations, by node.
 
-    Evicting pods is a cost paid at once, so a consolidation counts only on the requests that waited most of the
-    last hour (``steady``: the median), never on more than the pool still holds."""
+    Evicting pods is a cost paid at once, so a consolidation counts only on ``steady``: the requests that waited
+    most of the last hour (the median), or whole-GPU ones still pending now under
+    ``planner_whole_gpu_demand=pending-now`` (planner.whole_pending); never on more than the pool still holds."""
     pool = Pool((r, min(count, steady.get(r, 0.0))) for r, count in pool if r.whole or _pinned(r))
     if config.consolidation == OFF:
         return {}

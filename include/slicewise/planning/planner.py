@@ -165,8 +165,8 @@ def whole_pending(d: DemandForecast, rule: str = "median") -> float:
     It leaves out a pod that arrived in the last half hour and still waits, which then waits for the plan after
     next. ``pending-now``: the pods still pending now, at most the hour's upper quantile (a pod pending at the
     last step only may well start on its own); the median where the forecast does not say what is pending now.
-    With the bin-packing profile it serves the multi-GPU pods sooner at no cost to the small ones; with
-    spreading, the small pods pay (docs/backtest.md, "Whole GPUs for the pods pending now")."""
+    With the bin-packing profile it serves the multi-GPU pods sooner, the small ones waiting within seconds of
+    before; with spreading, the small pods pay (docs/backtest.md, "Whole GPUs for the pods pending now")."""
     if rule == "pending-now" and d.latest is not None:
         return min(d.upper, d.latest)
     return d.p50
