@@ -4,18 +4,19 @@
 Every Monday at 02:30 UTC, replays the **previous 7 days of this cluster's validated metrics** under `static`
 (whole GPUs, nothing changes), Slicewise's `packing` planner **once per consolidation mode** (`packing/off`,
 `packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings), `packing` once more with
-`planner_standby` the other way round, and `ideal` (the bound), and publishes the comparison: what Slicewise's
-decisions would have bought on this cluster's own load, which `planner_consolidation` waited least and which used
-the fewest node-GPU-hours, and what the standby setting trades (docs/backtest.md, "The what-if review").
+`planner_standby` the other way round and once with the other `planner_whole_gpu_demand`, and `ideal` (the bound),
+and publishes the comparison: what Slicewise's decisions would have bought on this cluster's own load, which
+`planner_consolidation` waited least and which used the fewest node-GPU-hours, and what the standby and
+whole-GPU demand settings trade (docs/backtest.md, "The what-if review").
 
 | task | does |
 |---|---|
-| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation and standby choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
+| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation, standby and whole-GPU demand choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
 
 Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, default: this run's hour),
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
 bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
-`compare_standby` (default true).
+`compare_standby`, `compare_whole_gpu_demand` (default true).
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ from slicewise.errors import task_outcome
             type="boolean",
             description="Replay packing once more with planner_standby the other way round.",
         ),
+        "compare_whole_gpu_demand": Param(
+            True,
+            type="boolean",
+            description="Replay packing once more with the other planner_whole_gpu_demand.",
+        ),
     },
     doc_md=__doc__,
 )
@@ -94,8 +100,10 @@ def gpu_whatif_review() -> None:
             modes,
             params["prefer_shared"],
             params["compare_standby"],
+            params["compare_whole_gpu_demand"],
         )
-        for line in [*summary["consolidation_choice"], *summary["standby_choice"]]:
+        choices = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
+        for line in [line for key in choices for line in summary[key]]:
             logging.getLogger(__name__).info("%s", line)
         outlet_events[WHATIF_REVIEW].extra = summary
         return summary

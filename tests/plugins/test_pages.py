@@ -301,6 +301,7 @@ def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api,
     assert "166 (2 missing or quarantined, 0 unreadable)" in page and "812, 6" in page
     assert "packing: least wait with planner_consolidation=whole-gpus (41 s)" in page
     assert "packing with standby on (the setting): 41 s mean wait" in page
+    assert "whole GPUs for pending-now: 37 s (-9.8%)" in page
     assert _row(page, "whatif", "packing/nodes") == [
         "packing/nodes",
         "77",

@@ -231,7 +231,9 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
         ("scheduler model", str(model.get("scheduler", "-"))),
     )
     choice = tuple(
-        str(line) for key in ("consolidation_choice", "standby_choice") for line in summary.get(key) or ()
+        str(line)
+        for key in ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
+        for line in summary.get(key) or ()
     )
 
     def cut(figures: Mapping[str, Any], metric: str) -> str:

@@ -124,6 +124,12 @@ def register(subparsers: Any) -> None:
         "those still pending now (pending-now) (planner_whole_gpu_demand; default as production)",
     )
     parser.add_argument(
+        "--compare-whole-gpu-demand",
+        action="store_true",
+        help="replay packing once more with the other --whole-gpu-demand, and print what the setting trades "
+        "(mean wait, node-GPU-hours)",
+    )
+    parser.add_argument(
         "--compare-standby",
         action="store_true",
         help="replay packing once more with --standby the other way round, and print what the setting trades "
@@ -200,11 +206,17 @@ def run_backtest(args: argparse.Namespace) -> int:
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the three modes share, checked: ValueError / TraceError / CatalogError on bad input."""
     import dataclasses
+    from functools import partial
 
     from slicewise.catalog import load_catalog
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.gpus import parse_model_map
-    from slicewise.whatif.policies import parse_policies, per_consolidation, with_standby_flipped
+    from slicewise.whatif.policies import (
+        parse_policies,
+        per_consolidation,
+        with_standby_flipped,
+        with_whole_demand_flipped,
+    )
     from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
     policies = per_consolidation(parse_policies(args.policies), args.consolidation)
@@ -215,13 +227,23 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         )
     base = BacktestConfig()
     consolidation = args.consolidation[0] if len(args.consolidation) == 1 else base.planner.consolidation
-    if args.compare_standby:
-        compared = with_standby_flipped(policies, args.standby, consolidation)
+    flips = (  # each comparison asked for: packing once more with one setting the other way round
+        ("--compare-standby", args.compare_standby, partial(with_standby_flipped, standby=args.standby)),
+        (
+            "--compare-whole-gpu-demand",
+            args.compare_whole_gpu_demand,
+            partial(with_whole_demand_flipped, rule=args.whole_gpu_demand),
+        ),
+    )
+    for flag, asked, flip in flips:
+        if not asked:
+            continue
+        compared = flip(policies, consolidation=consolidation)
         if len(compared) == len(policies):
-            raise ValueError("--compare-standby compares the packing policy, which is not among --policies")
+            raise ValueError(f"{flag} compares the packing policy, which is not among --policies")
         if consolidation not in args.consolidation:
             raise ValueError(
-                f"--compare-standby compares in production's consolidation mode ({consolidation}): give it among "
+                f"{flag} compares in production's consolidation mode ({consolidation}): give it among "
                 "--consolidation"
             )
         policies = compared
@@ -313,7 +335,8 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
-    for line in [*report.consolidation_choice(backtest), *report.standby_choice(backtest)]:
+    choices = (report.consolidation_choice, report.standby_choice, report.whole_demand_choice)
+    for line in [line for choice in choices for line in choice(backtest)]:
         print(line)
     print(
         f"\n{len(trace.pods):,} pods, {len(fleet):,} nodes, {sum(n.gpus for n in fleet):,} GPUs; "

@@ -121,6 +121,7 @@ class Replay:
             policy=policy.planner or config.planner.policy,
             consolidation=policy.consolidation or config.planner.consolidation,
             standby=config.planner.standby if policy.standby is None else policy.standby,
+            whole_gpu_demand=policy.whole_gpu_demand or config.planner.whole_gpu_demand,
         )
         self.start, self.end = window
         models = config.fleet_models(nodes, catalog)

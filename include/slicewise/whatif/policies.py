@@ -43,6 +43,7 @@ class Policy:
     view: str = FORECAST  # what the planner is fed: now | forecast | future
     consolidation: str | None = None  # planner_consolidation for this policy; None: the backtest's
     standby: bool | None = None  # planner_standby for this policy; None: the backtest's
+    whole_gpu_demand: str | None = None  # planner_whole_gpu_demand for this policy; None: the backtest's
 
 
 def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
@@ -68,16 +69,47 @@ def with_standby_flipped(policies: Sequence[Policy], standby: bool, consolidatio
     """``policies`` and, where ``packing`` is among them, ``packing`` once more after its last row with
     ``planner_standby`` the other way round from ``standby`` (the setting), in the ``consolidation`` mode given
     (the setting's): the pair :func:`slicewise.whatif.report.standby_choice` compares."""
-    rows = [i for i, p in enumerate(policies) if p.name == "packing" or p.name.startswith("packing/")]
-    if not rows:
-        return list(policies)
     flipped = replace(
         POLICIES["packing"],
         name=standby_flipped_name(not standby),
         consolidation=consolidation,
         standby=not standby,
     )
-    return [*policies[: rows[-1] + 1], flipped, *policies[rows[-1] + 1 :]]
+    return _after_packing(policies, flipped)
+
+
+def other_whole_gpu_demand(rule: str) -> str:
+    """The other ``planner_whole_gpu_demand`` rule: ``median`` <-> ``pending-now``."""
+    return "pending-now" if rule == "median" else "median"
+
+
+def whole_demand_flipped_name(rule: str) -> str:
+    """The name of ``packing`` replayed with ``planner_whole_gpu_demand`` = ``rule``, the other one than the
+    backtest's setting."""
+    return f"packing, whole GPUs for {rule}"
+
+
+def with_whole_demand_flipped(policies: Sequence[Policy], rule: str, consolidation: str) -> list[Policy]:
+    """``policies`` and, where ``packing`` is among them, ``packing`` once more after its last row with the other
+    ``planner_whole_gpu_demand`` than ``rule`` (the setting), in the ``consolidation`` mode given (the setting's):
+    the pair :func:`slicewise.whatif.report.whole_demand_choice` compares."""
+    other = other_whole_gpu_demand(rule)
+    flipped = replace(
+        POLICIES["packing"],
+        name=whole_demand_flipped_name(other),
+        consolidation=consolidation,
+        whole_gpu_demand=other,
+    )
+    return _after_packing(policies, flipped)
+
+
+def _after_packing(policies: Sequence[Policy], extra: Policy) -> list[Policy]:
+    """``policies`` with ``extra`` after the last ``packing`` row (``packing`` or ``packing/<mode>``); as they
+    are without one."""
+    rows = [i for i, p in enumerate(policies) if p.name == "packing" or p.name.startswith("packing/")]
+    if not rows:
+        return list(policies)
+    return [*policies[: rows[-1] + 1], extra, *policies[rows[-1] + 1 :]]
 
 
 POLICIES: dict[str, Policy] = {

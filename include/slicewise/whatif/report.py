@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.costs.page import table
 from slicewise.costs.plots import new_figure, png_base64
-from slicewise.whatif.policies import standby_flipped_name
+from slicewise.whatif.policies import (
+    other_whole_gpu_demand,
+    standby_flipped_name,
+    whole_demand_flipped_name,
+)
 from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
@@ -63,6 +67,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
         "seconds": round(backtest.seconds, 1),
         "consolidation_choice": consolidation_choice(backtest),
         "standby_choice": standby_choice(backtest),
+        "whole_gpu_demand_choice": whole_demand_choice(backtest),
     }
 
 
@@ -172,18 +177,41 @@ def standby_choice(backtest: Backtest) -> list[str]:
     (:func:`slicewise.whatif.policies.with_standby_flipped`): one line comparing it with ``packing`` under the
     setting (the ``packing`` row, or ``packing/<the setting's mode>`` when modes are compared) — mean wait and
     node-GPU-hours, what the setting trades; none otherwise."""
-    planner = backtest.config.planner
-    flipped = backtest.results.get(standby_flipped_name(not planner.standby))
-    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
-    if flipped is None or mine is None:
-        return []
+    standby = backtest.config.planner.standby
 
     def on_off(value: bool) -> str:
         return "on" if value else "off"
 
+    return _setting_choice(
+        backtest,
+        standby_flipped_name(not standby),
+        f"standby {on_off(standby)}",
+        f"standby {on_off(not standby)}",
+    )
+
+
+def whole_demand_choice(backtest: Backtest) -> list[str]:
+    """With ``packing`` replayed with the other ``planner_whole_gpu_demand`` too
+    (:func:`slicewise.whatif.policies.with_whole_demand_flipped`): one line comparing it with ``packing`` under
+    the setting, as :func:`standby_choice` does; none otherwise."""
+    rule = backtest.config.planner.whole_gpu_demand
+    other = other_whole_gpu_demand(rule)
+    return _setting_choice(
+        backtest, whole_demand_flipped_name(other), f"whole GPUs for {rule}", f"whole GPUs for {other}"
+    )
+
+
+def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: str) -> list[str]:
+    """One line: ``packing`` under the planner setting (``setting`` names it) against the row ``flipped_name``
+    (``other``): mean wait and node-GPU-hours, or why the node-GPU-hours do not compare; none without both."""
+    flipped = backtest.results.get(flipped_name)
+    planner = backtest.config.planner
+    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
+    if flipped is None or mine is None:
+        return []
     line = (
-        f"packing with standby {on_off(planner.standby)} (the setting): {mine.wait_mean_s:,.0f} s mean wait, "
-        f"{mine.node_gpu_hours:,.0f} node-GPU-hours; standby {on_off(not planner.standby)}: "
+        f"packing with {setting} (the setting): {mine.wait_mean_s:,.0f} s mean wait, "
+        f"{mine.node_gpu_hours:,.0f} node-GPU-hours; {other}: "
         f"{flipped.wait_mean_s:,.0f} s ({_change(mine.wait_mean_s, flipped.wait_mean_s)}), "
     )
     if flipped.still_waiting != mine.still_waiting:
@@ -194,6 +222,16 @@ def standby_choice(backtest: Backtest) -> list[str]:
     return [
         line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours "
         f"({_change(mine.node_gpu_hours, flipped.node_gpu_hours)})"
+    ]
+
+
+def _choices(summary: Mapping[str, Any]) -> list[str]:
+    """The choice lines of a backtest's JSON summary (:func:`as_json`), in order; a summary written before one
+    of them was kept lacks it."""
+    return [
+        str(line)
+        for key in ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
+        for line in summary.get(key) or ()
     ]
 
 
@@ -275,7 +313,7 @@ Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
 <code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
 What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
-{"".join(f"<p>{html.escape(line)}</p>" for line in [*data["consolidation_choice"], *data["standby_choice"]])}
+{"".join(f"<p>{html.escape(line)}</p>" for line in _choices(data))}
 {images}
 </body></html>
 """

@@ -102,12 +102,14 @@ def run_review(
     modes: Sequence[str],
     prefer_shared: bool = True,
     compare_standby: bool = True,
+    compare_whole_gpu_demand: bool = True,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
     paths. ``prefer_shared``: whether the cluster's fractional pods prefer MPS nodes (the scheduler model's);
     ``compare_standby``: replay ``packing`` once more with ``planner_standby`` the other way round, in the
-    cluster's consolidation mode (when that mode is among ``modes``)."""
+    cluster's consolidation mode (when that mode is among ``modes``); ``compare_whole_gpu_demand``: the same with
+    the other ``planner_whole_gpu_demand``."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -116,7 +118,12 @@ def run_review(
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
-    from slicewise.whatif.policies import parse_policies, per_consolidation, with_standby_flipped
+    from slicewise.whatif.policies import (
+        parse_policies,
+        per_consolidation,
+        with_standby_flipped,
+        with_whole_demand_flipped,
+    )
     from slicewise.whatif.run import Backtest, run_policies
     from slicewise.whatif.trace import TraceError, hostable_on
 
@@ -152,6 +159,8 @@ def run_review(
     # Without the setting's own mode among ``modes`` there is no row of the setting to compare with.
     if compare_standby and planner.consolidation in modes:
         policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
+    if compare_whole_gpu_demand and planner.consolidation in modes:
+        policies = with_whole_demand_flipped(policies, planner.whole_gpu_demand, planner.consolidation)
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     results = run_policies(policies, trace, nodes, config, window, workers=1)
     source = f"validated metrics partitions {since.isoformat()} .. {until.isoformat()}"
@@ -183,6 +192,7 @@ def run_review(
         "nodes": len(nodes),
         "consolidation_choice": summary["consolidation_choice"],
         "standby_choice": summary["standby_choice"],
+        "whole_gpu_demand_choice": summary["whole_gpu_demand_choice"],
         "policies": {
             name: {k: figures[k] for k in ("wait_mean_s", "node_gpu_hours", "pods_evicted", "still_waiting")}
             for name, figures in summary["policies"].items()

@@ -272,3 +272,35 @@ def test_the_standby_comparison_replays_packing_the_other_way_round_and_names_th
     without = dict(results)
     del without["packing, standby off"]
     assert standby_choice(dataclasses.replace(backtest, results=without)) == []
+
+
+def test_the_whole_gpu_demand_comparison_replays_packing_with_the_other_rule() -> None:
+    from slicewise.whatif.policies import with_standby_flipped, with_whole_demand_flipped
+    from slicewise.whatif.report import whole_demand_choice
+    from slicewise.whatif.run import Backtest, run_policies
+    from slicewise.whatif.trace import PodTrace
+
+    nodes = [TraceNode("big", 8, "T4"), TraceNode("small", 2, "T4")]
+    config = BacktestConfig(gpu_model="A100-80GB", reconfigure_s=100.0, eviction_cost_s=0.0)
+    base = [POLICIES["static"], POLICIES["packing"], POLICIES["ideal"]]
+    both = with_whole_demand_flipped(with_standby_flipped(base, True, "whole-gpus"), "median", "whole-gpus")
+    assert [p.name for p in both] == [
+        "static",
+        "packing",
+        "packing, whole GPUs for pending-now",
+        "packing, standby off",
+        "ideal",
+    ]
+    flipped = both[2]
+    # The replay plans with the other rule; every other row keeps the backtest's.
+    assert Replay(flipped, (), nodes, CATALOG, config, (0.0, END)).planner.whole_gpu_demand == "pending-now"
+    assert Replay(both[1], (), nodes, CATALOG, config, (0.0, END)).planner.whole_gpu_demand == "median"
+    trace = PodTrace((pod("a", 0, 100, 1.0), pod("b", 4000, 3600, 1.0)), ())
+    results = run_policies(both[:3], trace, nodes, config, (0.0, END), workers=1)
+    backtest = Backtest("pods", "nodes", trace, nodes, config, (0.0, END), results, 0.0)
+    [line] = whole_demand_choice(backtest)
+    assert line.startswith(
+        "packing with whole GPUs for median (the setting): 0 s mean wait, 2 node-GPU-hours; "
+    )
+    assert "; whole GPUs for pending-now: 0 s (n/a), 2 node-GPU-hours (+0.0%)" in line
+    assert whole_demand_choice(dataclasses.replace(backtest, results={"packing": results["packing"]})) == []

@@ -40,6 +40,7 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
         "packing/off",
         "packing/whole-gpus",
         "packing/nodes",
+        "packing, whole GPUs for pending-now",  # the other planner_whole_gpu_demand, in the setting's mode
         "packing, standby off",  # the setting (on by default) the other way round, in the setting's mode
         "ideal",
     ]
@@ -47,7 +48,9 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     [choice] = summary["consolidation_choice"]
     assert choice.startswith("packing: least wait with planner_consolidation=")
     [standby] = summary["standby_choice"]
+    [whole] = summary["whole_gpu_demand_choice"]
     mine = summary["policies"]["packing/whole-gpus"]
+    assert whole.startswith(f"packing with whole GPUs for median (the setting): {mine['wait_mean_s']:,.0f} s")
     assert standby.startswith(
         f"packing with standby on (the setting): {mine['wait_mean_s']:,.0f} s mean wait"
     )
@@ -77,10 +80,11 @@ def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_
         ("off",),
         prefer_shared=False,
         compare_standby=False,
+        compare_whole_gpu_demand=False,
     )
     assert summary["hours"] == {"read": 2, "missing_or_quarantined": 1, "unreadable": 1}
     assert list(summary["policies"]) == ["static", "packing", "ideal"]
-    assert summary["standby_choice"] == []
+    assert summary["standby_choice"] == summary["whole_gpu_demand_choice"] == []
     written = json.loads((review_folder(root, DAY, DAY + timedelta(hours=4)) / "summary.json").read_text())
     assert written["model"]["planner"]["consolidation"] == "off"  # what was asked, not the cluster's "nodes"
     assert written["model"]["prefer_shared"] is False  # the Param, as the scheduler model replayed it
@@ -88,7 +92,7 @@ def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_
     # Several modes without the cluster's own ("nodes"): no row of the setting to compare standby with.
     summary = run_review(settings, DAY, DAY + timedelta(hours=4), "spread", ("off", "whole-gpus"))
     assert list(summary["policies"]) == ["static", "packing/off", "packing/whole-gpus", "ideal"]
-    assert summary["standby_choice"] == []
+    assert summary["standby_choice"] == summary["whole_gpu_demand_choice"] == []
 
 
 def test_the_window_ends_at_until_or_the_runs_hour_and_a_bad_until_fails() -> None:

@@ -195,6 +195,13 @@ def test_compare_standby_adds_packing_the_other_way_round(
     assert json.loads(capsys.readouterr().out)["standby_choice"] == []
     assert main([*args, "--policies", "static,ideal", "--compare-standby"]) == 2
     assert "--compare-standby compares the packing policy" in capsys.readouterr().err
+    assert main([*args, "--policies", "static,packing", "--compare-whole-gpu-demand", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["policies"]) == ["static", "packing", "packing, whole GPUs for pending-now"]
+    [line] = out["whole_gpu_demand_choice"]
+    assert line.startswith("packing with whole GPUs for median (the setting): ")
+    assert main([*args, "--policies", "static", "--compare-whole-gpu-demand"]) == 2
+    assert "--compare-whole-gpu-demand compares the packing policy" in capsys.readouterr().err
     assert main([*args, "--consolidation", "off,nodes", "--compare-standby"]) == 2
     assert "production's consolidation mode (whole-gpus)" in capsys.readouterr().err
 
