@@ -279,6 +279,13 @@ def main() -> None:
         "(default: the shipped spec's)",
     )
     parser.add_argument(
+        "--expert-memory",
+        type=float,
+        default=None,
+        help="with --expert-mix: the spec's expert_memory, the share of the losses carried from update to update "
+        "(default: the shipped spec's)",
+    )
+    parser.add_argument(
         "--expert-weights",
         nargs="+",
         choices=["hedge", "leader"],
@@ -361,6 +368,7 @@ def main() -> None:
         ),
         expert_mix=shipped.expert_mix if args.expert_mix is None else True,
         expert_eta=shipped.expert_eta if args.expert_mix is None else args.expert_mix,
+        expert_memory=shipped.expert_memory if args.expert_memory is None else args.expert_memory,
         architecture=dataclasses.replace(
             shipped.architecture,
             members=shipped.architecture.members if args.members is None else args.members,

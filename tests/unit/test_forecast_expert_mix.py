@@ -41,6 +41,26 @@ def test_the_spec_turns_the_mix_on_with_an_eta_and_refuses_odd_values(tmp_path: 
         parse_spec({**raw, "expert_mix": "yes"})
     with pytest.raises(SpecError, match="expert_eta must lie in"):
         parse_spec({**raw, "expert_mix": True, "expert_eta": -1})
+    assert parse_spec({**raw, "expert_memory": 0.5}).expert_memory == 0.5
+    with pytest.raises(SpecError, match="expert_memory must lie in"):
+        parse_spec({**raw, "expert_memory": 1.5})
+
+
+def test_losses_carried_from_earlier_updates_count_by_the_memory() -> None:
+    from slicewise.forecasting.experts import carried_losses
+
+    previous, previous_windows = np.array([1.0, 2.0, np.nan]), np.array([60.0, 60.0, 0.0])
+    newest, newest_windows = np.array([3.0, np.nan, 4.0]), np.array([30.0, 0.0, 30.0])
+    # Memory 1: 60 earlier windows at 1.0 and 30 new at 3.0 -> 5/3 over 90; no new loss keeps the old one; no old
+    # loss takes the new one.
+    mean, windows = carried_losses(previous, previous_windows, newest, newest_windows, 1.0)
+    assert mean == pytest.approx([5 / 3, 2.0, 4.0]) and windows == pytest.approx([90, 60, 30])
+    # Memory 0.5: the earlier windows count half: (30 x 1 + 30 x 3) / 60 = 2.
+    mean, windows = carried_losses(previous, previous_windows, newest, newest_windows, 0.5)
+    assert mean == pytest.approx([2.0, 2.0, 4.0]) and windows == pytest.approx([60, 30, 30])
+    # Memory 0: the newest hour alone (an expert without one has no loss).
+    mean, _ = carried_losses(previous, previous_windows, newest, newest_windows, 0.0)
+    assert mean[0] == 3.0 and np.isnan(mean[1]) and mean[2] == 4.0
 
 
 def test_the_mix_is_identity_until_fitted_and_then_the_weighted_experts(tmp_path: Path) -> None:
@@ -67,6 +87,13 @@ def test_the_mix_is_identity_until_fitted_and_then_the_weighted_experts(tmp_path
     model.save(path)
     loaded = keras.models.load_model(path)
     np.testing.assert_allclose(model_module.expert_weights_of(loaded), weights, rtol=1e-6)
+    # The losses carried between updates travel with it too.
+    mean, windows = np.full(weights.shape, 0.25), np.full(weights.shape, 60.0)
+    model_module.set_expert_memory(model, mean, windows)
+    model.save(path)
+    carried = model_module.expert_memory_of(keras.models.load_model(path))
+    np.testing.assert_allclose(carried[0], mean)
+    np.testing.assert_allclose(carried[1], windows)
     np.testing.assert_allclose(model_module.predict(loaded, inputs), mixed, rtol=1e-5, atol=1e-7)
 
 
@@ -107,10 +134,22 @@ def test_fitting_moves_the_weight_to_the_experts_that_forecast_the_calibration_h
     np.testing.assert_allclose(model_module.expert_weights_of(model), fitted, rtol=1e-6)
     after = model_module.predict(model, windows.inputs)
     assert np.abs(after - 0.4).mean() < np.abs(before - 0.4).mean()
+    # With a memory of 1, a second update on the same hour pools its windows with the first's: the same mean
+    # losses over twice the windows, the same weights; with none, the newest hour's windows alone.
+    losses, counted = model_module.expert_memory_of(model)
+    assert (counted[..., 0] == len(windows.inputs)).all()
+    again = mix_experts(model, panel, dataclasses.replace(spec, expert_memory=1.0), train_end, eval_from)
+    pooled_losses, pooled_counted = model_module.expert_memory_of(model)
+    np.testing.assert_allclose(again, fitted, rtol=1e-5)
+    np.testing.assert_allclose(pooled_losses, losses, rtol=1e-5)
+    np.testing.assert_allclose(pooled_counted, 2 * counted)
+    mix_experts(model, panel, spec, train_end, eval_from)
+    np.testing.assert_allclose(model_module.expert_memory_of(model)[1], counted)
     # The spec's mix off: the weights go back to identity, the model's forecasts as they were.
     off = mix_experts(model, panel, dataclasses.replace(spec, expert_mix=False), train_end, eval_from)
     assert (off[..., 0] == 1).all() and (off[..., 1:] == 0).all()
     np.testing.assert_allclose(model_module.predict(model, windows.inputs), before, rtol=1e-5, atol=1e-7)
+    assert np.isnan(model_module.expert_memory_of(model)[0]).all()  # and nothing carried to the next update
 
 
 def test_a_rolling_origin_backtest_refits_the_mix_before_each_fold(tmp_path: Path) -> None:

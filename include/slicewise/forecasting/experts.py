@@ -104,6 +104,24 @@ def pinball_losses(actual: np.ndarray, forecasts: np.ndarray, tau: float) -> np.
     return np.divide(sums, counts, out=np.full(forecasts.shape[1], np.nan), where=counts > 0)
 
 
+def carried_losses(
+    previous: np.ndarray,
+    previous_windows: np.ndarray,
+    newest: np.ndarray,
+    newest_windows: np.ndarray,
+    memory: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pool the newest hour's mean losses (``newest``, over ``newest_windows`` windows) with those carried from
+    earlier updates (``previous``, ``previous_windows``): each earlier window counts ``memory`` times as much as
+    one of the newest hour (0: the newest hour only; 1: every hour alike, online Hedge on all windows so far).
+    NaN (no windows) on one side leaves the other; returns the pooled means and their (discounted) windows."""
+    old = memory * np.where(np.isfinite(previous), previous_windows, 0.0)
+    new = np.where(np.isfinite(newest), newest_windows, 0.0)
+    total = old + new
+    summed = old * np.nan_to_num(previous) + new * np.nan_to_num(newest)
+    return np.divide(summed, total, out=np.full(np.shape(total), np.nan), where=total > 0), total
+
+
 def weights(losses: np.ndarray, rule: ExpertRule) -> np.ndarray:
     """(experts,) non-negative weights summing to 1 from the experts' mean losses (NaN: no weight); all zero
     where no expert has a loss."""

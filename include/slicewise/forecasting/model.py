@@ -328,6 +328,20 @@ class ExpertMix(layers.Layer):
             name="weights",
         )
         self.mix.assign(identity_mix(self.horizons, self.quantiles))
+        # The experts' mean losses so far and the (discounted) windows behind them, carried from update to
+        # update (training.mix_experts): NaN and 0 until the first fit.
+        self.loss_mean = self.add_weight(
+            shape=(self.horizons, self.quantiles, len(EXPERTS)),
+            initializer=keras.initializers.Constant(float("nan")),
+            trainable=False,
+            name="loss_mean",
+        )
+        self.loss_windows = self.add_weight(
+            shape=(self.horizons, self.quantiles, len(EXPERTS)),
+            initializer="zeros",
+            trainable=False,
+            name="loss_windows",
+        )
 
     def call(self, inputs: Any) -> Any:
         quantiles, anchors = inputs
@@ -388,6 +402,27 @@ def expert_weights_of(model: keras.Model) -> np.ndarray | None:
     """The model's (horizons, quantiles, experts) weights, or None without an expert mix."""
     layer = _expert_mix(model)
     return None if layer is None else np.asarray(layer.mix.numpy(), dtype=np.float64)
+
+
+def expert_memory_of(model: keras.Model) -> tuple[np.ndarray, np.ndarray]:
+    """The experts' carried mean losses and windows, each (horizons, quantiles, experts), of the model's
+    :class:`ExpertMix`."""
+    layer = _expert_mix(model)
+    if layer is None:
+        raise ValueError(f"{model.name} has no expert mix")
+    return (
+        np.asarray(layer.loss_mean.numpy(), dtype=np.float64),
+        np.asarray(layer.loss_windows.numpy(), dtype=np.float64),
+    )
+
+
+def set_expert_memory(model: keras.Model, mean: np.ndarray, windows: np.ndarray) -> None:
+    """Write the experts' carried mean losses and windows into the model's :class:`ExpertMix`."""
+    layer = _expert_mix(model)
+    if layer is None:
+        raise ValueError(f"{model.name} has no expert mix")
+    layer.loss_mean.assign(np.asarray(mean, dtype="float32"))
+    layer.loss_windows.assign(np.asarray(windows, dtype="float32"))
 
 
 def expert_forecasts(model: keras.Model, inputs: np.ndarray, batch_size: int = 4096) -> np.ndarray:

@@ -74,6 +74,9 @@ class ForecasterSpec:
     #: (slicewise.forecasting.experts; key ``expert_mix``, default off) with this ``eta`` (key ``expert_eta``).
     expert_mix: bool = False
     expert_eta: float = 5.0
+    #: How much of the experts' losses an update carries from the updates before (key ``expert_memory``, in
+    #: [0, 1]; default 0: the weights follow the newest hour alone; 1: every hour alike).
+    expert_memory: float = 0.0
 
     def horizon_steps(self) -> tuple[int, ...]:
         return tuple(max(1, round(minutes * 60 / self.step_s)) for minutes in self.horizons_minutes)
@@ -104,6 +107,7 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
             calibration_dead_band=float(raw.get("calibration_dead_band", 0.0)),
             expert_mix=_flag(raw.get("expert_mix", False)),
             expert_eta=float(raw.get("expert_eta", 5.0)),
+            expert_memory=float(raw.get("expert_memory", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{source}: invalid or missing key: {exc}") from exc
@@ -129,6 +133,8 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("calibration_dead_band must lie in [0, 0.5)")
     if not 0.0 <= spec.expert_eta <= 100.0:
         problems.append("expert_eta must lie in [0, 100]")
+    if not 0.0 <= spec.expert_memory <= 1.0:
+        problems.append("expert_memory must lie in [0, 1]")
     if spec.promotion.horizon_minutes not in spec.horizons_minutes:
         problems.append("promotion.horizon_minutes must be one of horizons_minutes")
     if problems:

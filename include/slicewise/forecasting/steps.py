@@ -256,6 +256,7 @@ def hourly_update(
             "member_window_steps": spec.architecture.member_window_steps or "whole window",
             "expert_mix": spec.expert_mix,
             "expert_eta": spec.expert_eta if spec.expert_mix else "off",
+            "expert_memory": spec.expert_memory if spec.expert_mix else "off",
             "started_from": champion.version if champion else "scratch",
             "champion_set_aside": set_aside or "none",
             "new_windows": report.new_windows,

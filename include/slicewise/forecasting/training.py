@@ -154,29 +154,45 @@ def calibrate(
 
 
 def mix_experts(model: Any, panel: Panel, spec: ForecasterSpec, train_end: int, eval_from: int) -> np.ndarray:
-    """Fit the weights of the model's expert mix (:class:`slicewise.forecasting.model.ExpertMix`) on the windows
-    ending in ``[train_end, eval_from)`` whose targets lie before ``eval_from`` (the hour after training, as the
-    calibration is fitted; after it, so the model expert is the calibrated model), per horizon and quantile by
-    Hedge with the spec's ``expert_eta`` (:func:`slicewise.forecasting.experts.weights`), and write them into the
-    model; identity (all on the model) where the spec's ``expert_mix`` is off or no window is usable. Returns the
-    (horizons, quantiles, experts) weights written."""
-    from slicewise.forecasting.experts import HEDGE, ExpertRule, pinball_losses, weights
-    from slicewise.forecasting.model import expert_forecasts, identity_mix, set_expert_weights
+    """Fit the weights of the model's expert mix (:class:`slicewise.forecasting.model.ExpertMix`) and write them
+    into the model: per horizon and quantile, Hedge with the spec's ``expert_eta``
+    (:func:`slicewise.forecasting.experts.weights`) on each expert's mean pinball loss over the windows ending in
+    ``[train_end, eval_from)`` whose targets lie before ``eval_from`` (the hour after training, as the calibration
+    is fitted; after it, so the model expert is the calibrated model), pooled with the losses the model carries
+    from earlier updates by the spec's ``expert_memory``
+    (:func:`slicewise.forecasting.experts.carried_losses`). Identity (all on the model), and no losses carried,
+    where the spec's ``expert_mix`` is off; identity where no expert has a loss yet. Returns the (horizons,
+    quantiles, experts) weights written."""
+    from slicewise.forecasting.experts import HEDGE, ExpertRule, carried_losses, pinball_losses, weights
+    from slicewise.forecasting.model import (
+        expert_forecasts,
+        expert_memory_of,
+        identity_mix,
+        set_expert_memory,
+        set_expert_weights,
+    )
 
     fitted = identity_mix(len(spec.horizons_minutes), len(spec.quantiles)).astype(np.float64)
     set_expert_weights(model, fitted)
+    previous, previous_windows = expert_memory_of(model)
     if not spec.expert_mix:
+        set_expert_memory(model, np.full(previous.shape, np.nan), np.zeros(previous.shape))
         return fitted
     windows = make_windows(panel.head(eval_from), spec, stride=1, first_step=train_end)
-    if not len(windows.inputs):
-        return fitted
     forecasts = expert_forecasts(model, windows.inputs)
     rule = ExpertRule(HEDGE, eta=spec.expert_eta)
+    mean, carried = np.full(previous.shape, np.nan), np.zeros(previous.shape)
     for h in range(len(spec.horizons_minutes)):
         actual = windows.targets[:, h].astype(np.float64)
         for j, tau in enumerate(spec.quantiles):
-            weight = weights(pinball_losses(actual, forecasts[:, h, j, :], tau), rule)
+            newest = pinball_losses(actual, forecasts[:, h, j, :], tau)
+            counts = np.isfinite(actual[:, None] - forecasts[:, h, j, :]).sum(axis=0).astype(np.float64)
+            mean[h, j], carried[h, j] = carried_losses(
+                previous[h, j], previous_windows[h, j], newest, counts, spec.expert_memory
+            )
+            weight = weights(mean[h, j], rule)
             if weight.sum() > 0:
                 fitted[h, j] = weight
+    set_expert_memory(model, mean, carried)
     set_expert_weights(model, fitted)
     return fitted
