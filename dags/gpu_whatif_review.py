@@ -88,6 +88,7 @@ def gpu_whatif_review() -> None:
 
         from slicewise.connections import task_settings
         from slicewise.planning.consolidation import parse_modes
+        from slicewise.whatif.reviews import choice_lines
         from slicewise.whatif.steps import run_review, window_of
 
         since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
@@ -102,8 +103,7 @@ def gpu_whatif_review() -> None:
             params["compare_standby"],
             params["compare_whole_gpu_demand"],
         )
-        choices = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
-        for line in [line for key in choices for line in summary[key]]:
+        for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)
         outlet_events[WHATIF_REVIEW].extra = summary
         return summary

@@ -273,13 +273,17 @@ def with_calibration(model: keras.Model) -> keras.Model:
     if has_calibration(model):
         return model
     horizons, quantiles = (int(d) for d in model.output_shape[1:])
-    outputs = Calibration(horizons, quantiles, name=CALIBRATION)(model.output)
-    calibrated = keras.Model(model.inputs, outputs, name=model.name)
+    return _ending_in(model, Calibration(horizons, quantiles, name=CALIBRATION)(model.output))
+
+
+def _ending_in(model: keras.Model, outputs: Any) -> keras.Model:
+    """``model`` with ``outputs`` (built on its output) as its new end, compiled as ``model`` was."""
+    extended = keras.Model(model.inputs, outputs, name=model.name)
     optimizer = getattr(model, "optimizer", None) or "adam"
     loss = getattr(model, "loss", None)
     if loss is not None:  # a compiled model stays trainable as it was
-        calibrated.compile(optimizer=optimizer, loss=loss)
-    return calibrated
+        extended.compile(optimizer=optimizer, loss=loss)
+    return extended
 
 
 def has_calibration(model: keras.Model) -> bool:
@@ -343,10 +347,16 @@ class ExpertMix(layers.Layer):
             name="loss_windows",
         )
 
-    def call(self, inputs: Any) -> Any:
-        quantiles, anchors = inputs
+    @staticmethod
+    def experts(quantiles: Any, anchors: Any) -> Any:
+        """(batch, horizons, quantiles, experts): the model's quantiles, then each simple forecast of the window
+        (the anchors' first columns, and zero) for every horizon and quantile."""
         points = ops.concatenate([anchors[:, : len(EXPERTS) - 2], ops.zeros_like(anchors[:, :1])], axis=-1)
-        mixed = quantiles * self.mix[..., 0] + ops.einsum("be,hqe->bhq", points, self.mix[..., 1:])
+        spread = ops.ones_like(quantiles)[..., None] * points[:, None, None, :]
+        return ops.concatenate([quantiles[..., None], spread], axis=-1)
+
+    def call(self, inputs: Any) -> Any:
+        mixed = ops.sum(self.experts(*inputs) * self.mix, axis=-1)
         out = [mixed[..., 0]]
         for j in range(1, self.quantiles):
             out.append(ops.maximum(out[-1], mixed[..., j]))
@@ -369,47 +379,40 @@ def identity_mix(horizons: int, quantiles: int) -> np.ndarray:
 def with_expert_mix(model: keras.Model, spec: ForecasterSpec) -> keras.Model:
     """``model`` ending in an :class:`ExpertMix` (added at identity to a version registered without one),
     compiled as built models are."""
-    if _expert_mix(model) is not None:
+    if has_expert_mix(model):
         return model
     horizons, quantiles = (int(d) for d in model.output_shape[1:])
     anchors = WindowAnchors(_hour_steps(spec), name="expert_anchors")(model.inputs[0])
-    outputs = ExpertMix(horizons, quantiles, name=EXPERT_MIX)([model.output, anchors])
-    mixed = keras.Model(model.inputs, outputs, name=model.name)
-    optimizer = getattr(model, "optimizer", None) or "adam"
-    loss = getattr(model, "loss", None)
-    if loss is not None:
-        mixed.compile(optimizer=optimizer, loss=loss)
-    return mixed
-
-
-def _expert_mix(model: keras.Model) -> ExpertMix | None:
-    return next((layer for layer in model.layers if isinstance(layer, ExpertMix)), None)
+    return _ending_in(model, ExpertMix(horizons, quantiles, name=EXPERT_MIX)([model.output, anchors]))
 
 
 def has_expert_mix(model: keras.Model) -> bool:
-    return _expert_mix(model) is not None
+    return any(isinstance(layer, ExpertMix) for layer in model.layers)
+
+
+def _expert_mix(model: keras.Model) -> ExpertMix:
+    layer = next((layer for layer in model.layers if isinstance(layer, ExpertMix)), None)
+    if layer is None:
+        raise ValueError(f"{model.name} has no expert mix")
+    return layer
 
 
 def set_expert_weights(model: keras.Model, weights: np.ndarray) -> None:
     """Write (horizons, quantiles, experts) weights into the model's :class:`ExpertMix`."""
-    layer = _expert_mix(model)
-    if layer is None:
-        raise ValueError(f"{model.name} has no expert mix")
-    layer.mix.assign(np.asarray(weights, dtype="float32"))
+    _expert_mix(model).mix.assign(np.asarray(weights, dtype="float32"))
 
 
 def expert_weights_of(model: keras.Model) -> np.ndarray | None:
     """The model's (horizons, quantiles, experts) weights, or None without an expert mix."""
-    layer = _expert_mix(model)
-    return None if layer is None else np.asarray(layer.mix.numpy(), dtype=np.float64)
+    if not has_expert_mix(model):
+        return None
+    return np.asarray(_expert_mix(model).mix.numpy(), dtype=np.float64)
 
 
 def expert_memory_of(model: keras.Model) -> tuple[np.ndarray, np.ndarray]:
     """The experts' carried mean losses and windows, each (horizons, quantiles, experts), of the model's
     :class:`ExpertMix`."""
     layer = _expert_mix(model)
-    if layer is None:
-        raise ValueError(f"{model.name} has no expert mix")
     return (
         np.asarray(layer.loss_mean.numpy(), dtype=np.float64),
         np.asarray(layer.loss_windows.numpy(), dtype=np.float64),
@@ -419,28 +422,20 @@ def expert_memory_of(model: keras.Model) -> tuple[np.ndarray, np.ndarray]:
 def set_expert_memory(model: keras.Model, mean: np.ndarray, windows: np.ndarray) -> None:
     """Write the experts' carried mean losses and windows into the model's :class:`ExpertMix`."""
     layer = _expert_mix(model)
-    if layer is None:
-        raise ValueError(f"{model.name} has no expert mix")
     layer.loss_mean.assign(np.asarray(mean, dtype="float32"))
     layer.loss_windows.assign(np.asarray(windows, dtype="float32"))
 
 
 def expert_forecasts(model: keras.Model, inputs: np.ndarray, batch_size: int = 4096) -> np.ndarray:
     """(n, horizons, quantiles, experts): what each expert of the model's :class:`ExpertMix` forecasts for
-    ``inputs`` (the model's calibrated quantiles, then the window's simple forecasts, each for every quantile)."""
+    ``inputs`` (:meth:`ExpertMix.experts`: the model's calibrated quantiles, then the window's simple forecasts)."""
     layer = _expert_mix(model)
-    if layer is None:
-        raise ValueError(f"{model.name} has no expert mix")
-    horizons, quantiles = layer.horizons, layer.quantiles
     if len(inputs) == 0:
-        return np.empty((0, horizons, quantiles, len(EXPERTS)))
-    reader = keras.Model(model.inputs, layer.input)
-    calibrated, anchors = (
-        np.asarray(a, dtype=np.float64) for a in reader.predict(inputs, batch_size=batch_size, verbose=0)
+        return np.empty((0, layer.horizons, layer.quantiles, len(EXPERTS)))
+    calibrated, anchors = keras.Model(model.inputs, layer.input).predict(
+        inputs, batch_size=batch_size, verbose=0
     )
-    points = np.concatenate([anchors[:, : len(EXPERTS) - 2], np.zeros((len(anchors), 1))], axis=1)
-    spread = np.broadcast_to(points[:, None, None, :], (len(points), horizons, quantiles, points.shape[1]))
-    return np.concatenate([calibrated[..., None], spread], axis=-1)
+    return np.asarray(ops.convert_to_numpy(ExpertMix.experts(calibrated, anchors)), dtype=np.float64)
 
 
 def _hour_steps(spec: ForecasterSpec) -> int:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_LARGE_TAINT, STANDBY_TAINT, GpuNode
 from slicewise.ui.tables import Link, Table, at, is_number, number
+from slicewise.whatif import reviews
 
 if TYPE_CHECKING:
     from slicewise.planning.types import FleetPlan
@@ -230,11 +231,7 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
         ("pods, nodes", f"{number(trace.get('pods'))}, {number(trace.get('nodes'))}"),
         ("scheduler model", str(model.get("scheduler", "-"))),
     )
-    choice = tuple(
-        str(line)
-        for key in ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
-        for line in summary.get(key) or ()
-    )
+    choice = tuple(reviews.choice_lines(summary))
 
     def cut(figures: Mapping[str, Any], metric: str) -> str:
         value = figures.get(f"{metric}_vs_static")

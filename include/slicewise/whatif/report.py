@@ -15,6 +15,7 @@ from slicewise.whatif.policies import (
     standby_flipped_name,
     whole_demand_flipped_name,
 )
+from slicewise.whatif.reviews import choice_lines
 from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
@@ -225,16 +226,6 @@ def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: 
     ]
 
 
-def _choices(summary: Mapping[str, Any]) -> list[str]:
-    """The choice lines of a backtest's JSON summary (:func:`as_json`), in order; a summary written before one
-    of them was kept lacks it."""
-    return [
-        str(line)
-        for key in ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
-        for line in summary.get(key) or ()
-    ]
-
-
 def _change(before: float, after: float) -> str:
     return f"{(after - before) / before:+.1%}" if before > 0 else "n/a"
 
@@ -313,7 +304,7 @@ Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
 <code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
 What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
-{"".join(f"<p>{html.escape(line)}</p>" for line in _choices(data))}
+{"".join(f"<p>{html.escape(line)}</p>" for line in choice_lines(data))}
 {images}
 </body></html>
 """

@@ -27,6 +27,17 @@ class Review:
     has_html: bool
 
 
+#: The summary's advice lines, in the order they are shown: the consolidation mode that waited least, and what
+#: the standby and whole-GPU demand settings trade (slicewise.whatif.report writes them).
+CHOICES = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
+
+
+def choice_lines(summary: Mapping[str, Any]) -> list[str]:
+    """A review's (or a backtest's JSON) advice lines, in order; a summary written before one of them was kept
+    lacks it."""
+    return [str(line) for key in CHOICES for line in summary.get(key) or ()]
+
+
 def folder_of(root: Any, since: datetime, until: datetime) -> Any:
     """Where the review of ``[since, until)`` is published (a later review of the same window replaces it)."""
     return root / FOLDER / f"{since:%Y-%m-%dT%H}_{until:%Y-%m-%dT%H}"
