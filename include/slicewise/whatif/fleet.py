@@ -23,11 +23,15 @@ Both scores are taken over the node's GPU capacity (the share of its GPUs its ta
 scheduler scores ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` when they are among its scored resources; the
 trace's CPU and memory are not modelled. Ties go to the first node in name order (kube-scheduler picks one of
 the tied nodes at random). Nothing fits -> the pod waits. With ``prefer_shared`` (the backtest's default) a
-fractional pod first looks only at MPS nodes with a tenant for it, in the same order: the preferred node affinity
-on ``nvidia.com/gpu.sharing-strategy=mps`` that docs/planner.md recommends for fractional pods outweighs the
-resource score. The planner's standby taints (``planning.standby``: ``PreferNoSchedule``, which ``TaintToleration``
-counts and weighs above both) order the nodes first: a node with fewer is chosen whenever one fits, so a standby
-node is opened only when no node in use fits, and a large one (two taints) only when no small one does.
+fractional pod prefers MPS nodes: the preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` that
+docs/planner.md recommends for fractional pods. The planner's standby taints (``planning.standby``:
+``PreferNoSchedule``) count against a node. Where either is in play the model adds the scores as kube-scheduler's
+default profile does: ``TaintToleration`` x 3 (100 - 100 x the node's untolerated taints // the most any node
+that fits has; 100 for all when none has any), ``NodeAffinity`` x 2 (100 for an MPS node when one fits, else 0)
+and ``NodeResourcesFit`` x 1 (the score above, 0-100; none for first-fit). The planner taints no MPS node and uses
+two grades, and then the sum orders the nodes as "fewer taints first, then MPS for a fractional pod, then the
+fit": a grade is worth 150 or 300 points, the MPS preference 200, the fit at most 100. With more grades, or MPS
+nodes tainted, a tighter fit or the preference can jump a grade, as it does in a cluster.
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
@@ -50,6 +54,9 @@ WHOLE = 1.0
 EPS = 1e-9
 FIRST_FIT, SPREAD, BINPACK = "first-fit", "spread", "binpack"
 SCHEDULERS = (FIRST_FIT, SPREAD, BINPACK)
+#: kube-scheduler's highest plugin score, and the default profile's weights of the plugins the model scores.
+MAX_SCORE = 100
+TAINT_WEIGHT, AFFINITY_WEIGHT, FIT_WEIGHT = 3, 2, 1
 
 
 @dataclass(frozen=True)
@@ -255,30 +262,49 @@ class ReplayFleet:
         return mask
 
     def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
-        """The node and slots the scheduler model gives the request now, or None (it waits). With
-        ``prefer_shared`` a fractional pod goes to an MPS node that has a tenant for it before any other node (a
-        preferred node affinity on ``nvidia.com/gpu.sharing-strategy=mps`` outweighs the resource score). A
-        node with more standby ``taints`` (the planner's ``PreferNoSchedule``) comes after every node with fewer,
-        whatever the pod prefers."""
+        """The node and slots the scheduler model gives the request now, or None (it waits): the feasible node
+        with the highest score, kube-scheduler's weighted sum of ``TaintToleration`` (weight 3, by the standby
+        ``taints`` the pod does not tolerate), ``NodeAffinity`` (weight 2, with ``prefer_shared`` for a fractional
+        pod on an MPS node) and ``NodeResourcesFit`` (weight 1, by the scheduler model), each normalised as
+        kube-scheduler does over the nodes that fit; ties to name order."""
         if not self.could_fit(ask):
             return None
         allowed = self.up & self.eligible(ask.models)
-        # kube-scheduler's default weights: TaintToleration 3 > NodeAffinity 2 > NodeResourcesFit 1.
-        top = int(self.taints.max(initial=0))
-        preferred = [allowed & (self.taints == count) for count in range(top + 1)] if top else [allowed]
         shared = self.prefer_shared and ask.fractional
-        for mask in preferred:
-            if shared:
-                found = self._placed(ask, mask & self.mps)
-                if found is not None:
-                    return found
-            found = self._placed(ask, mask)
+        if not shared and not self.taints[allowed].any():
+            return self._placed(ask, allowed)  # the fit score alone orders the nodes
+        feasible, slots = [], []
+        for index in np.flatnonzero(allowed):
+            found = self.nodes[index].fit(ask.gpus, ask.share)
             if found is not None:
-                return found
-        return None
+                feasible.append(index)
+                slots.append(found)
+        if not feasible:
+            return None
+        at = np.array(feasible)
+        best = int(np.argmax(self._scores(ask, at, shared)))  # the first of the highest: name order
+        return self.nodes[at[best]], slots[best]
+
+    def _scores(self, ask: Ask, at: np.ndarray, shared: bool) -> np.ndarray:
+        """kube-scheduler's score of each node in ``at`` (the nodes that fit): the default plugin weights, each
+        plugin's score normalised over those nodes (``DefaultNormalizeScore``: integer, 0-100)."""
+        taints = self.taints[at].astype(np.int64)
+        most = int(taints.max())
+        # TaintToleration: fewer untolerated PreferNoSchedule taints score higher (reversed); none: all 100.
+        toleration = np.full(len(at), MAX_SCORE) if most == 0 else MAX_SCORE - MAX_SCORE * taints // most
+        affinity = np.zeros(len(at), dtype=np.int64)
+        if shared:
+            affinity = np.where(self.mps[at], MAX_SCORE, 0)  # one preferred term: matching nodes 100, else 0
+        score = TAINT_WEIGHT * toleration + AFFINITY_WEIGHT * affinity
+        if self.scheduler == FIRST_FIT:
+            return score.astype(float)
+        after = (self.allocated[at] + ask.gpus * ask.share) / self.sizes[at]
+        fit = (1.0 - after if self.scheduler == SPREAD else after) * MAX_SCORE
+        return score + FIT_WEIGHT * fit
 
     def _placed(self, ask: Ask, allowed: np.ndarray) -> tuple[SimNode, list[int]] | None:
-        """The scheduler model's node among ``allowed`` (a mask) and the slots there, or None."""
+        """The scheduler model's node among ``allowed`` (a mask) by the fit score alone, and the slots there, or
+        None."""
         candidates = np.flatnonzero(allowed)
         if self.scheduler != FIRST_FIT and len(candidates) > 1:
             after = (self.allocated[candidates] + ask.gpus * ask.share) / self.sizes[candidates]

@@ -216,6 +216,55 @@ def test_a_node_with_two_standby_taints_is_opened_after_one_with_one(scheduler: 
     assert placed == ["n3", "n2", "n1"]
 
 
+@pytest.mark.parametrize(("most", "chosen"), [(5, "b"), (2, "a"), (None, "a")])
+def test_standby_grades_add_up_with_the_fit_score_as_kube_scheduler_weighs_them(
+    most: int | None, chosen: str
+) -> None:
+    # Bin-packing. a (8 GPUs) holds one 1-GPU pod; b (1 GPU, one taint) is empty; c (8 GPUs) carries `most` taints
+    # (None: c is full, so it does not count). Scores of a 1-GPU pod, TaintToleration x 3 + NodeResourcesFit:
+    # a 3 x 100 + 100 x 2/8 = 325; b 3 x (100 - 100 x 1 // most) + 100 x 1/1, so 340 when c has 5 taints, 250
+    # with 2, and 100 with c full (the most taints among the nodes that fit is b's own 1); c 0 + 12.5.
+    fleet = ReplayFleet(
+        [
+            SimNode(name, gpus, MODEL, CATALOG, "all-disabled", "default")
+            for name, gpus in (("a", 8), ("b", 1), ("c", 8))
+        ],
+        "binpack",
+    )
+    a, c = fleet.nodes[0], fleet.nodes[2]
+    fleet.take(a, 0, a.fit(1, 1.0) or [], 1.0)
+    if most is None:
+        fleet.take(c, 1, c.fit(8, 1.0) or [], 8.0)
+    fleet.taints[:] = (0, 1, most or 5)
+    found = fleet.find(Ask(1, 1.0))
+    assert found is not None and found[0].name == chosen
+
+
+@pytest.mark.parametrize(("x_taints", "chosen"), [(2, "m"), (1, "w")])
+def test_a_fractional_pod_s_preference_for_mps_can_outweigh_one_grade_of_standby(
+    x_taints: int, chosen: str
+) -> None:
+    # Spreading, pods that prefer MPS nodes. w (4 whole GPUs) holds a 1-GPU pod, m (1 GPU of 2 MPS tenants) has
+    # one standby taint, x (8 whole GPUs, empty) `x_taints`. A 0.4 pod scores, TaintToleration x 3 + NodeAffinity
+    # x 2 + NodeResourcesFit (LeastAllocated): w 300 + 0 + 100 x (1 - 1.4/4) = 365; m with x at two taints
+    # 3 x 50 + 2 x 100 + 100 x (1 - 0.4) = 410, with x at one 0 + 200 + 60 = 260; x 0 + 0 + 95.
+    mps2 = CATALOG.device_plugin_config_for(2)
+    fleet = ReplayFleet(
+        [
+            SimNode("m", 1, MODEL, CATALOG, "all-disabled", mps2),
+            SimNode("w", 4, MODEL, CATALOG, "all-disabled", "default"),
+            SimNode("x", 8, MODEL, CATALOG, "all-disabled", "default"),
+        ],
+        "spread",
+        prefer_shared=True,
+    )
+    w = fleet.nodes[1]
+    fleet.take(w, 0, w.fit(1, 1.0) or [], 1.0)
+    fleet.taints[:] = (1, 0, x_taints)
+    found = fleet.find(Ask(1, 0.4))
+    assert found is not None and found[0].name == chosen
+
+
 @pytest.mark.parametrize(
     ("standby", "node_gpu_hours"), [(False, (800 + 8 * 3600) / 3600), (True, 800 / 3600 + 2)]
 )
