@@ -292,25 +292,23 @@ class ReplayFleet:
         most = int(taints.max())
         # TaintToleration: fewer untolerated PreferNoSchedule taints score higher (reversed); none: all 100.
         toleration = np.full(len(at), MAX_SCORE) if most == 0 else MAX_SCORE - MAX_SCORE * taints // most
-        affinity = np.zeros(len(at), dtype=np.int64)
-        if shared:
-            affinity = np.where(self.mps[at], MAX_SCORE, 0)  # one preferred term: matching nodes 100, else 0
-        score = TAINT_WEIGHT * toleration + AFFINITY_WEIGHT * affinity
-        if self.scheduler == FIRST_FIT:
-            return score.astype(float)
+        affinity = np.where(self.mps[at], MAX_SCORE, 0) if shared else 0  # one preferred term: 100 or 0
+        fit = 0.0 if self.scheduler == FIRST_FIT else self._fit_score(ask, at)
+        return TAINT_WEIGHT * toleration + AFFINITY_WEIGHT * affinity + FIT_WEIGHT * fit
+
+    def _fit_score(self, ask: Ask, at: np.ndarray) -> np.ndarray:
+        """``NodeResourcesFit``'s score (0-100) of each node in ``at`` with the pod on it: its allocated share of
+        its GPUs (``MostAllocated``), or the rest (``LeastAllocated``)."""
         after = (self.allocated[at] + ask.gpus * ask.share) / self.sizes[at]
-        fit = (1.0 - after if self.scheduler == SPREAD else after) * MAX_SCORE
-        return score + FIT_WEIGHT * fit
+        return (1.0 - after if self.scheduler == SPREAD else after) * MAX_SCORE
 
     def _placed(self, ask: Ask, allowed: np.ndarray) -> tuple[SimNode, list[int]] | None:
         """The scheduler model's node among ``allowed`` (a mask) by the fit score alone, and the slots there, or
         None."""
         candidates = np.flatnonzero(allowed)
         if self.scheduler != FIRST_FIT and len(candidates) > 1:
-            after = (self.allocated[candidates] + ask.gpus * ask.share) / self.sizes[candidates]
             # Stable sort: equal scores keep name order.
-            order = np.argsort(after if self.scheduler == SPREAD else -after, kind="stable")
-            candidates = candidates[order]
+            candidates = candidates[np.argsort(-self._fit_score(ask, candidates), kind="stable")]
         for index in candidates:
             node = self.nodes[index]
             slots = node.fit(ask.gpus, ask.share)
