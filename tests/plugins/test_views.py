@@ -59,6 +59,7 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
             taints=(
                 Taint("slicewise.io/standby", "PreferNoSchedule"),
                 Taint("slicewise.io/standby-large", "PreferNoSchedule"),
+                Taint("slicewise.io/standby-larger", "PreferNoSchedule"),
             ),
         ),
     ]
@@ -78,10 +79,10 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
         "plans it",
     )
     assert table.rows[1][4:] == ("mps-4", "open", "2026-11-29 09:00 UTC", "-", "free", "plans it")
-    # The planner's PreferNoSchedule taints: one on a small standby node, two on a large one.
+    # The planner's PreferNoSchedule taints: one on a node of the smallest size, three on the third size up.
     assert [row[5] for row in table.rows[3:]] == [
         "standby (opened when no node in use fits)",
-        "standby, large (opened last)",
+        "standby, grade 3 of 4 (opened after the lower grades)",
     ]
     assert table.rows[2][2:4] == ("(none)", "-")
     assert table.rows[2][6:9] == ("-", "-", "free (never changed)")

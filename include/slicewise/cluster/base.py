@@ -82,11 +82,14 @@ class Taint:
         return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
 
 
-#: The planner's standby nodes (``planning.standby``): the scheduler opens them only when no other node fits.
-STANDBY_TAINT = Taint("slicewise.io/standby", "PreferNoSchedule")
-#: The larger standby nodes carry this one too: ``TaintToleration`` counts the taints a pod does not tolerate, so
-#: they are opened after every other node, the smaller standby nodes included.
-STANDBY_LARGE_TAINT = Taint("slicewise.io/standby-large", "PreferNoSchedule")
+#: The planner's standby taints (``planning.standby``), in grade order: a standby node of the fleet's n-th smallest
+#: size carries the first n (the fourth smallest and larger all four). ``TaintToleration`` counts the taints a pod
+#: does not tolerate, so the scheduler opens a standby node only when no node in use fits, a larger one only when
+#: no smaller one does.
+STANDBY_TAINTS = tuple(
+    Taint(f"slicewise.io/standby{suffix}", "PreferNoSchedule")
+    for suffix in ("", "-large", "-larger", "-largest")
+)
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ class PlannerConfig:
     release_below: float = 0.25
     # packing: MPS tenants kept ready on empty nodes, this many times the fractional pods (<= 1/2 GPU); 0: none
     shared_reserve: float = 2.0
-    # packing: empty nodes without MIG or MPS get a PreferNoSchedule taint, those larger than the fleet's
-    # smallest a second one (planning.standby)
+    # packing: empty nodes without MIG or MPS get PreferNoSchedule taints, one per size rank up to four
+    # (planning.standby)
     standby: bool = True
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.

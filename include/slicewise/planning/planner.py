@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT
+from slicewise.cluster.base import STANDBY_TAINTS
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
@@ -99,18 +99,8 @@ def plan_fleet(
         else Standby()
     )
     notes += _releasable(planned, plans)
-    if listed.nodes:
-        notes.append(
-            f"standby: {len(listed.nodes)} empty nodes without MIG or MPS get the taint {STANDBY_TAINT} "
-            "(opened only when no node in use fits; apply mode writes the taints): "
-            + _shown(listed.nodes)
-            + (
-                f"; the {len(listed.large)} larger than the fleet's smallest also {STANDBY_LARGE_TAINT} "
-                "(opened last): " + _shown(listed.large)
-                if listed.large
-                else ""
-            )
-        )
+    if listed.grades:
+        notes.append(_standby_note(listed.grades))
     return FleetPlan(
         policy=config.policy,
         predictor=forecasts.predictor,
@@ -118,8 +108,7 @@ def plan_fleet(
         horizon_minutes=forecasts.horizon_minutes,
         nodes=tuple(budgeted),
         notes=tuple(notes),
-        standby=listed.nodes,
-        standby_large=listed.large,
+        standby_grades=listed.grades,
     )
 
 
@@ -139,6 +128,21 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
         f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): "
         + _shown(empty)
     ]
+
+
+def _standby_note(grades: Sequence[Sequence[str]]) -> str:
+    """What the standby lists (:mod:`slicewise.planning.standby`) tell the scheduler, grade by grade."""
+    first, *larger = grades
+    return (
+        f"standby: {len(first)} empty nodes without MIG or MPS get the taint {STANDBY_TAINTS[0]} (opened only "
+        f"when no node in use fits; apply mode writes the taints): {_shown(first)}"
+        + "".join(
+            f"; the {len(names)} larger than the fleet's {('', 'second ', 'third ')[grade]}smallest also "
+            f"{STANDBY_TAINTS[grade + 1]}: {_shown(names)}"
+            for grade, names in enumerate(larger)
+        )
+        + ("; the larger, the later opened" if larger else "")
+    )
 
 
 def _shown(names: Sequence[str]) -> str:

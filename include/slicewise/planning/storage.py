@@ -138,6 +138,14 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         horizon_minutes=raw["horizon_minutes"],
         nodes=tuple(nodes),
         notes=tuple(raw["notes"]),
-        standby=tuple(raw.get("standby", ())),  # absent in plans written before planner_standby
-        standby_large=tuple(raw.get("standby_large", ())),  # absent before the second standby taint
+        standby_grades=_standby_grades(raw),
     )
+
+
+def _standby_grades(raw: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    """The plan's standby lists; plans written before the size grades carry two lists under other keys (and
+    those before ``planner_standby`` none)."""
+    if "standby_grades" in raw:
+        return tuple(tuple(listed) for listed in raw["standby_grades"])
+    older = (tuple(raw.get("standby", ())), tuple(raw.get("standby_large", ())))
+    return tuple(listed for listed in older if listed)

@@ -60,8 +60,8 @@ class FleetPlan:
     horizon_minutes: int
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = ()
-    standby: tuple[str, ...] = ()  # empty nodes to taint PreferNoSchedule (planning.standby)
-    standby_large: tuple[str, ...] = ()  # those of them larger than the fleet's smallest: a second taint
+    # empty nodes to taint PreferNoSchedule (planning.standby): [i] carry cluster.base.STANDBY_TAINTS[i]
+    standby_grades: tuple[tuple[str, ...], ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

@@ -1,10 +1,10 @@
-"""Carry the plan's standby lists to the cluster: the two ``PreferNoSchedule`` taints on exactly the listed nodes.
+"""Carry the plan's standby lists to the cluster: each ``PreferNoSchedule`` standby taint on exactly its listed nodes.
 
 A taint of effect ``PreferNoSchedule`` moves no running pod and never keeps a pod from starting (the scheduler
 still uses a tainted node when no other fits), so it needs no waves, no analysis and no rollback: each write is
 one guarded patch of one node and one taint, and a crash between two writes leaves some nodes marked and others
-not (or a large node with one taint of its two), which the next run's plan sets right. Nodes off a list lose its
-taint, so turning ``planner_standby`` off clears both.
+not (or a large node with some of its grades), which the next run's plan sets right. Nodes off a list lose its
+taint, so turning ``planner_standby`` off clears them all.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from slicewise.cluster.base import STANDBY_LARGE_TAINT, STANDBY_TAINT, ClusterBackend, Taint
+from slicewise.cluster.base import STANDBY_TAINTS, ClusterBackend, Taint
 from slicewise.planning.types import FleetPlan
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,14 @@ class Marked:
 
 
 def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> tuple[Marked, ...]:
-    """For each standby taint: taint the nodes of the plan's list and untaint every other managed node that
-    carries it. The first taint goes first, so a crash in between adds no node the second taint alone (a node
-    leaving the large list may keep it alone until the next run: one grade, as before, never a refusal)."""
+    """For each standby taint (``STANDBY_TAINTS``, grade order): taint the nodes of the plan's list and untaint
+    every other managed node that carries it. The first grade goes first, so a crash in between adds no node a
+    larger grade without the smaller ones (a node leaving a list may keep a larger grade alone until the next
+    run: fewer grades than planned, never a refusal)."""
+    grades = plan.standby_grades
     return tuple(
-        _mark(backend, taint, set(listed))
-        for taint, listed in ((STANDBY_TAINT, plan.standby), (STANDBY_LARGE_TAINT, plan.standby_large))
+        _mark(backend, taint, set(grades[grade] if grade < len(grades) else ()))
+        for grade, taint in enumerate(STANDBY_TAINTS)
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_LARGE_TAINT, STANDBY_TAINT, GpuNode
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_TAINTS, GpuNode
 from slicewise.ui.tables import Link, Table, at, is_number, number
 from slicewise.whatif import reviews
 
@@ -100,12 +100,13 @@ def fleet_table(
 
 def _scheduling(node: GpuNode) -> str:
     """Cordoned, a standby node (the planner's ``PreferNoSchedule`` taints: pods go there only when no node in
-    use fits, to a large one only when no small one does either), or open."""
+    use fits, to one of a higher grade, a larger node, only when none of a lower grade fits either), or open."""
     if node.unschedulable:
         return "cordoned"
-    if node.has_taint(STANDBY_LARGE_TAINT):
-        return "standby, large (opened last)"
-    if node.has_taint(STANDBY_TAINT):
+    grade = sum(node.has_taint(taint) for taint in STANDBY_TAINTS)
+    if grade > 1:
+        return f"standby, grade {grade} of {len(STANDBY_TAINTS)} (opened after the lower grades)"
+    if grade:
         return "standby (opened when no node in use fits)"
     return "open"
 

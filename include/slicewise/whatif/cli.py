@@ -112,9 +112,9 @@ def register(subparsers: Any) -> None:
         "--standby",
         action=argparse.BooleanOptionalAction,
         default=PlannerConfig().standby,
-        help="the planner taints empty nodes without MIG or MPS PreferNoSchedule, those larger than the fleet's "
-        "smallest twice, so the scheduler opens them after the nodes in use, the larger last (planner_standby; "
-        "default as production)",
+        help="the planner taints empty nodes without MIG or MPS PreferNoSchedule, one taint per size rank up to "
+        "four, so the scheduler opens them after the nodes in use, the larger later (planner_standby; default as "
+        "production)",
     )
     parser.add_argument(
         "--whole-gpu-demand",

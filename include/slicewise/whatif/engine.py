@@ -327,7 +327,7 @@ class Replay:
         )
         self.meter.planned()
         self.fleet.taints[:] = 0
-        for listed in (plan.standby, plan.standby_large):
+        for listed in plan.standby_grades:
             self.fleet.taints[[self.index[name] for name in listed]] += 1
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:

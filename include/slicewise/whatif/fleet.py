@@ -28,10 +28,10 @@ docs/planner.md recommends for fractional pods. The planner's standby taints (``
 ``PreferNoSchedule``) count against a node. Where either is in play the model adds the scores as kube-scheduler's
 default profile does: ``TaintToleration`` x 3 (100 - 100 x the node's untolerated taints // the most any node
 that fits has; 100 for all when none has any), ``NodeAffinity`` x 2 (100 for an MPS node when one fits, else 0)
-and ``NodeResourcesFit`` x 1 (the score above, 0-100; none for first-fit). The planner taints no MPS node and uses
-two grades, and then the sum orders the nodes as "fewer taints first, then MPS for a fractional pod, then the
-fit": a grade is worth 150 or 300 points, the MPS preference 200, the fit at most 100. With more grades, or MPS
-nodes tainted, a tighter fit or the preference can jump a grade, as it does in a cluster.
+and ``NodeResourcesFit`` x 1 (the score above, 0-100; none for first-fit). The planner taints no MPS node, so
+the MPS preference (200 points) never meets a taint; with up to four grades (one per node size) a grade is worth
+``3 x 100 / most`` points, 75 when some fitting node has four, and a tighter fit (up to 100) can jump one, as it
+does in a cluster. With two grades or fewer, the sum orders the nodes as "fewer taints first, then the fit".
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen

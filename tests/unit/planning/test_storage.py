@@ -37,19 +37,24 @@ def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path
     assert [d.latest for d in storage.read_forecasts(path).demand] == [None, None]
 
 
-def test_a_plan_reads_back_with_both_standby_lists_and_an_older_plan_without_the_second(
-    tmp_path: Path,
-) -> None:
+def test_a_plan_reads_back_with_its_standby_grades_and_an_older_plan_with_two_lists(tmp_path: Path) -> None:
     folder = store.storage_path(tmp_path.as_uri()) / "plans" / "run"
     keep = DesiredState("all-disabled", "")
     node = NodePlan("t4-0", "T4-16GB", 2, keep, keep, "keep", "packing", "keep", ("idle",), 0.0, 0.0, 0.0)
-    written = FleetPlan("packing", "v1", True, 60, (node,), ("a note",), ("t4-0", "t4-8"), ("t4-8",))
+    grades = (("t4-0", "t4-4", "t4-8"), ("t4-4", "t4-8"), ("t4-8",))
+    written = FleetPlan("packing", "v1", True, 60, (node,), ("a note",), grades)
     paths = storage.write_plan(folder, written)
     plan_json = folder / storage.PLAN_JSON
     assert paths[storage.PLAN_JSON] == str(plan_json)
     assert storage.read_plan(plan_json) == written
-    # Written before the second taint: the large list is empty, the plan otherwise as written.
+    # Written before the size grades: the two lists of the first two taints read as the first two grades.
     older = json.loads(plan_json.read_text())
-    del older["standby_large"]
+    del older["standby_grades"]
+    plan_json.write_text(json.dumps({**older, "standby": ["t4-0", "t4-8"], "standby_large": ["t4-8"]}))
+    two = (("t4-0", "t4-8"), ("t4-8",))
+    assert storage.read_plan(plan_json) == dataclasses.replace(written, standby_grades=two)
+    # ... before the second taint: one grade; before planner_standby: none.
+    plan_json.write_text(json.dumps({**older, "standby": ["t4-0", "t4-8"]}))
+    assert storage.read_plan(plan_json).standby_grades == (("t4-0", "t4-8"),)
     plan_json.write_text(json.dumps(older))
-    assert storage.read_plan(plan_json) == dataclasses.replace(written, standby_large=())
+    assert storage.read_plan(plan_json).standby_grades == ()

@@ -26,8 +26,8 @@ from .conftest import CHANGES, ENGINE, Harness, fleet_plan, healthy
 #: to minutes); meanwhile its state label still tells of the previous change. Three polls of the procedure.
 PICKUP_S = 15.0
 NODES = ["sim-a100-80-0", "sim-h100-1"]  # a MIG layout change and an MPS change
-STANDBY = ("sim-a100-40-0", "sim-h200-0")  # the plan's standby list: two more writes, at the start
-STANDBY_LARGE = ("sim-h200-0",)  # and its larger standby node: one more
+#: The plan's standby lists, one per grade: four more writes, at the start.
+STANDBY = (("sim-a100-40-0", "sim-h200-0"), ("sim-h200-0",), ("sim-h200-0",))
 
 
 class Killed(BaseException):
@@ -112,7 +112,7 @@ def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[
     """The rollout DAG's tasks in order; a killed task is run again in a fresh process (a fresh backend
     wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used."""
     used = [backend]
-    plan = dataclasses.replace(fleet_plan(NODES), standby=STANDBY, standby_large=STANDBY_LARGE)
+    plan = dataclasses.replace(fleet_plan(NODES), standby_grades=STANDBY)
     ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2)
     try:
         rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
@@ -181,13 +181,16 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
         assert have == wanted, (name, record, node.labels.get("nvidia.com/mig.config.state"))
     for wrapper in used:
         assert all(wrapper.drainable.get(pod) for pod in wrapper.evicted)
-    for key, listed in (("slicewise.io/standby", STANDBY), ("slicewise.io/standby-large", STANDBY_LARGE)):
+    keys = ("slicewise.io/standby", "slicewise.io/standby-large", "slicewise.io/standby-larger")
+    for key, listed in zip(keys, STANDBY, strict=True):
         assert {n.name for n in cluster.list_nodes() if any(t.key == key for t in n.taints)} == set(listed), (
             key
         )
+    assert not [
+        n.name for n in cluster.list_nodes() if any(t.key == "slicewise.io/standby-largest" for t in n.taints)
+    ]
     taint_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "taint"]
-    wanted = [f"{node} slicewise.io/standby" for node in STANDBY]
-    wanted += [f"{node} slicewise.io/standby-large" for node in STANDBY_LARGE]
+    wanted = [f"{node} {key}" for key, listed in zip(keys, STANDBY, strict=True) for node in listed]
     assert sorted(taint_writes) == sorted(wanted)  # each written once, also across a kill
 
 

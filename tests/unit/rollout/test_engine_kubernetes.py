@@ -198,15 +198,16 @@ def test_mps_on_a_gpu_without_mig_fails_while_the_device_plugin_still_advertises
 def test_start_carries_the_standby_lists_as_prefer_no_schedule_taints(
     harness: Harness, api: FakeApiServer
 ) -> None:
-    # sim-h200-0 carries both taints from an earlier plan and is now listed as a small standby node only;
-    # sim-h100-0 is newly listed as a large one. Under the lock, before any wave, each taint that changes gets
-    # one guarded write; the rollout itself goes on as planned.
-    standby = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
-    large = {"key": "slicewise.io/standby-large", "value": "", "effect": "PreferNoSchedule"}
-    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[standby, large]))
-    plan = dataclasses.replace(
-        fleet_plan([NODE]), standby=("sim-h100-0", "sim-h200-0"), standby_large=("sim-h100-0",)
+    # sim-h200-0 carries two grades from an earlier plan and is now listed in the first grade only; sim-h100-0
+    # is newly listed in three. Under the lock, before any wave, each taint that changes gets one guarded write;
+    # the rollout itself goes on as planned.
+    standby, large, larger = (
+        {"key": f"slicewise.io/standby{suffix}", "value": "", "effect": "PreferNoSchedule"}
+        for suffix in ("", "-large", "-larger")
     )
+    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[standby, large]))
+    grades = (("sim-h100-0", "sim-h200-0"), ("sim-h100-0",), ("sim-h100-0",))
+    plan = dataclasses.replace(fleet_plan([NODE]), standby_grades=grades)
     ctx = harness.rollouts(backend=backend(api))
 
     started = engine.start(ctx, plan, "plan.json")
@@ -214,8 +215,10 @@ def test_start_carries_the_standby_lists_as_prefer_no_schedule_taints(
     assert started["standby"] == {
         "slicewise.io/standby": {"added": ["sim-h100-0"], "removed": []},
         "slicewise.io/standby-large": {"added": ["sim-h100-0"], "removed": ["sim-h200-0"]},
+        "slicewise.io/standby-larger": {"added": ["sim-h100-0"], "removed": []},
+        "slicewise.io/standby-largest": {"added": [], "removed": []},
     }
-    assert api.node("sim-h100-0")["spec"]["taints"] == [standby, large]
+    assert api.node("sim-h100-0")["spec"]["taints"] == [standby, large, larger]
     assert api.node("sim-h200-0")["spec"]["taints"] == [standby]
     tainted = [n for n in ("sim-a100-80-0", "sim-a100-40-0") if api.node(n)["spec"].get("taints")]
     assert tainted == [] and started["action"] == "started"
@@ -231,8 +234,11 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
     # controller's taint on the same node stays.
     ours = {"key": "slicewise.io/standby", "value": "", "effect": "PreferNoSchedule"}
     large = {"key": "slicewise.io/standby-large", "value": "", "effect": "PreferNoSchedule"}
+    largest = {"key": "slicewise.io/standby-largest", "value": "", "effect": "PreferNoSchedule"}
     theirs = {"key": "dedicated", "value": "llm", "effect": "NoSchedule"}
-    api.update_node_externally("sim-h200-0", lambda n: n["spec"].update(taints=[theirs, ours, large]))
+    api.update_node_externally(
+        "sim-h200-0", lambda n: n["spec"].update(taints=[theirs, ours, large, largest])
+    )
 
     started = engine.start(
         harness.rollouts(backend=backend(api)), FleetPlan("packing", "v1", True, 60, ()), "p"
@@ -245,6 +251,8 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
         "standby": {
             "slicewise.io/standby": {"added": [], "removed": ["sim-h200-0"]},
             "slicewise.io/standby-large": {"added": [], "removed": ["sim-h200-0"]},
+            "slicewise.io/standby-larger": {"added": [], "removed": []},
+            "slicewise.io/standby-largest": {"added": [], "removed": ["sim-h200-0"]},
         },
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]
