@@ -18,10 +18,12 @@ fleet, over the samples where ``static`` waits at least 10 minutes (issue 14's y
 the mean wait (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of
 at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
-wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s and ``sharing``'s (what
-placing each pod once, never moving it, leaves of that cut); a last line counts issue 14's goals over the
-variants (the node-GPU-hour goal by each variant-fleet's median, beside how many ``sharing`` reaches: the cells
-a planner that moves no pod could reach at best). ``--planner FIELD=VALUE`` (repeatable) replays
+wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s, ``sharing``'s (what
+placing each pod once, never moving it, leaves of that cut) and ``sharing-forms``' (the same with each
+fractional pod in the smallest MIG slice or MPS tenant that holds it: what the GPUs' real forms leave); a last
+line counts issue 14's goals over the variants (the node-GPU-hour goal by each variant-fleet's median, beside
+how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves no pod could reach at best).
+``--planner FIELD=VALUE`` (repeatable) replays
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
 for MPS nodes (what the shared reserve is worth when pods do not ask for it). Figures and their reading:
@@ -67,6 +69,9 @@ NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
 # ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
 IDEAL_FLEET = "any"
+FORMS = (
+    "sharing-forms"  # depends on the GPU models (their MIG slices and MPS limits): one run per model mapping
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,12 @@ def run_one(
     return Figures(result.wait_mean_s, result.node_gpu_hours, result.wait_by_class)
 
 
+def forms_fleet(fleet: str) -> str:
+    """The fleet whose ``sharing-forms`` run stands for ``fleet``'s: the first with the same GPU model mapping."""
+    configs = fleets(BacktestConfig.priced())
+    return next(name for name, config in configs.items() if config.gpu_model == configs[fleet].gpu_model)
+
+
 def _cut(before: float, after: float) -> float:
     return (before - after) / before if before > 0 else 0.0
 
@@ -171,9 +182,17 @@ class Tally:
     fleets: int = 0
     node_goal: int = 0  # packing's median share of ideal's node-GPU-hour cut reaches NODE_GOAL_SHARE
     node_goal_unmoved: int = 0  # sharing's does: placing each pod once, never moving one, could reach it
+    node_goal_forms: int = 0  # sharing-forms' does: the same in the forms the GPUs offer
 
     def add(
-        self, cuts: int, reached: int, longer: int, small: int, node: list[float], unmoved: list[float]
+        self,
+        cuts: int,
+        reached: int,
+        longer: int,
+        small: int,
+        node: list[float],
+        unmoved: list[float],
+        forms: list[float],
     ) -> None:
         self.counted += cuts
         self.wait_goal += reached
@@ -182,6 +201,7 @@ class Tally:
         self.fleets += 1
         self.node_goal += bool(node) and statistics.median(node) >= NODE_GOAL_SHARE
         self.node_goal_unmoved += bool(unmoved) and statistics.median(unmoved) >= NODE_GOAL_SHARE
+        self.node_goal_forms += bool(forms) and statistics.median(forms) >= NODE_GOAL_SHARE
 
     def describe(self) -> str:
         return (
@@ -189,7 +209,7 @@ class Tally:
             f"min), {self.longer} waiting longer than static, small pods longer on {self.small_longer}; "
             f"node-GPU-hours at >= {NODE_GOAL_SHARE:.0%} of ideal's cut (median) on {self.node_goal} of "
             f"{self.fleets} variant-fleets, where placing each pod once and never moving it (sharing) could on "
-            f"{self.node_goal_unmoved}"
+            f"{self.node_goal_unmoved}, and in the forms the GPUs offer (sharing-forms) on {self.node_goal_forms}"
         )
 
 
@@ -210,6 +230,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             "sharing s",
             "node-GPU-h (ideal's)",
             "sharing's",
+            "forms'",
         ]
     ]
     summary = [
@@ -223,10 +244,12 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             "small pods longer",
             "node-GPU-h: share of ideal's cut",
             "sharing's",
+            "forms'",
         ]
     ]
     for fleet in fleets(BacktestConfig.priced()):
-        cuts, shares, node_shares, sharing_node_shares, reached, longer, small = [], [], [], [], 0, 0, 0
+        cuts, shares, reached, longer, small = [], [], 0, 0, 0
+        node_shares, sharing_node_shares, forms_node_shares = [], [], []
         for offset, figures in samples.items():
             nodes, trace = _sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -247,6 +270,8 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             node_share = _share(node_cut, ideal_node_cut)
             # What placing once with ideal's packer, never moving a pod, gets of ideal's node-hour cut.
             sharing_node_share = _share(_cut(static.node_gpu_hours, sharing.node_gpu_hours), ideal_node_cut)
+            forms = figures[(forms_fleet(fleet), FORMS)]
+            forms_node_share = _share(_cut(static.node_gpu_hours, forms.node_gpu_hours), ideal_node_cut)
             share = _share(cut, ideal_cut)
             rows.append(
                 [
@@ -262,6 +287,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                     class_means(sharing.wait_by_class),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
                     _pct(sharing_node_share),
+                    _pct(forms_node_share),
                 ]
             )
             if static.wait_mean_s < LONG_WAIT_S:
@@ -272,10 +298,12 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                 node_shares.append(node_share)
             if sharing_node_share is not None:
                 sharing_node_shares.append(sharing_node_share)
+            if forms_node_share is not None:
+                forms_node_shares.append(forms_node_share)
             reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
-        tally.add(len(cuts), reached, longer, small, node_shares, sharing_node_shares)
+        tally.add(len(cuts), reached, longer, small, node_shares, sharing_node_shares, forms_node_shares)
         summary.append(
             [
                 fleet,
@@ -287,6 +315,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                 f"{small} / {len(cuts)}",
                 _span(node_shares),
                 _span(sharing_node_shares),
+                _span(forms_node_shares),
             ]
         )
     return [format_table(rows), "", format_table(summary)]
@@ -324,6 +353,10 @@ def main() -> int:
                 for reference in ("ideal", "sharing"):
                     jobs[(variant, offset, IDEAL_FLEET, reference)] = pool.submit(
                         run_one, variant, offset, IDEAL_FLEET, reference
+                    )
+                for fleet in dict.fromkeys(map(forms_fleet, fleets(BacktestConfig.priced()))):
+                    jobs[(variant, offset, fleet, FORMS)] = pool.submit(
+                        run_one, variant, offset, fleet, FORMS
                     )
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", "packing"):

@@ -240,7 +240,7 @@ class IdealReplay:
         ]
         self.by_size: dict[tuple[str, ...], Buckets] = {}
         self.packing = Packing(self.nodes, self.by_size)
-        self.asks = [Ask(p.gpus, p.share, p.models) for p in pods]
+        self.asks = self._asks(pods, nodes, catalog, config)
         self.classes = np.array([p.size_class for p in pods])
         count = len(pods)
         self.remaining = np.array([p.duration_s for p in pods])
@@ -255,6 +255,12 @@ class IdealReplay:
         self.meter = Meter(self.start, len(nodes))
         self.work = 0.0
         self.suspensions = 0
+
+    def _asks(
+        self, pods: tuple[TracePod, ...], nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig
+    ) -> list[Ask]:
+        """What each pod asks the packer for: its GPUs and share, on its models."""
+        return [Ask(p.gpus, p.share, p.models) for p in pods]
 
     def run(self) -> PolicyResult:
         for pod_id, pod in enumerate(self.pods):

@@ -32,6 +32,7 @@ from slicewise.whatif.trace import TracePod, evenly_picked
 NOW, FORECAST, FUTURE = "now", "forecast", "future"
 IDEAL = "ideal"
 SHARING = "sharing"
+SHARING_FORMS = "sharing-forms"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -123,6 +124,7 @@ POLICIES: dict[str, Policy] = {
         Policy("oracle", False, "packing", FUTURE),
         Policy(IDEAL, False, None),
         Policy(SHARING, False, None),
+        Policy(SHARING_FORMS, False, None),
     )
 }
 

@@ -12,13 +12,25 @@ neither, so its small pods wait almost nothing and pods that need whole GPUs wai
 while small pods backfill every GPU that frees up. It is no bound for the mean (serving the multi-GPU pods is
 worth more than it costs on most fleets): it is what the small pods' wait would be if nothing made room for the
 large ones, against which a policy's price for serving them is read (docs/backtest.md).
+
+``sharing-forms`` is ``sharing`` in the forms a GPU can really take: each fractional pod holds the smallest MIG
+slice (``g`` / compute slices) or MPS tenant (1 / replicas, the catalogue's replica counts up to the model's
+limit) at least its share, on any GPU model it may run on, or else a whole GPU: a 0.6-GPU pod holds a whole GPU,
+as it does under ``packing``, where ``sharing`` pairs it with a 0.4-GPU pod. Still optimistic — a GPU takes any
+mix of those sizes, where a real one has one MIG layout or one replica count —, it tells how much of ``ideal``'s
+node-GPU-hour cut placing each pod once could reach with the sharing the GPU Operator offers (docs/backtest.md).
 """
 
 from __future__ import annotations
 
-from slicewise.whatif.fleet import Ask
+import dataclasses
+
+from slicewise.catalog import Catalog, GpuModel
+from slicewise.whatif.engine import BacktestConfig
+from slicewise.whatif.fleet import EPS, WHOLE, Ask
 from slicewise.whatif.ideal import IdealReplay
-from slicewise.whatif.policies import SHARING
+from slicewise.whatif.policies import SHARING, SHARING_FORMS
+from slicewise.whatif.trace import TraceNode, TracePod
 
 
 class SharingReplay(IdealReplay):
@@ -48,3 +60,34 @@ class SharingReplay(IdealReplay):
                 still.append(pod_id)
         self.waiting = still
         self.state.refresh(self.packing, self.work)
+
+
+class FormsReplay(SharingReplay):
+    """``sharing-forms``: :class:`SharingReplay` with each fractional share rounded up to a form the GPUs offer."""
+
+    name = SHARING_FORMS
+
+    def _asks(
+        self, pods: tuple[TracePod, ...], nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig
+    ) -> list[Ask]:
+        models = config.fleet_models(nodes, catalog)
+        replicas = sorted({c.mps_replicas for c in catalog.device_plugin_configs.values()})
+        forms = {name: form_sizes(models.of(name), replicas) for name in {n.model for n in nodes}}
+        return [in_forms(ask, forms) for ask in super()._asks(pods, nodes, catalog, config)]
+
+
+def form_sizes(model: GpuModel, replicas: list[int]) -> tuple[float, ...]:
+    """The shares of a GPU of ``model`` one pod can hold, ascending: its MIG slices, its MPS tenants, a whole GPU."""
+    mig = {profile.g / model.compute_slices for profile in model.profiles.values()}
+    mps = {1 / r for r in replicas if 1 < r <= model.mps_max_replicas}
+    return tuple(sorted(mig | mps | {WHOLE}))
+
+
+def in_forms(ask: Ask, forms: dict[str, tuple[float, ...]]) -> Ask:
+    """``ask`` with a fractional share rounded up to the smallest form of the models it may run on (``forms``,
+    by the node list's model names)."""
+    if not ask.fractional:
+        return ask
+    allowed = [sizes for name, sizes in forms.items() if not ask.models or name in ask.models]
+    share = min((size for sizes in allowed for size in sizes if size >= ask.share - EPS), default=WHOLE)
+    return dataclasses.replace(ask, share=share)

@@ -13,9 +13,9 @@ from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import Ask
 from slicewise.whatif.ideal import IdealReplay, NodeSpec, pack
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import POLICIES, SHARING, parse_policies
+from slicewise.whatif.policies import POLICIES, SHARING, SHARING_FORMS, parse_policies
 from slicewise.whatif.run import replay
-from slicewise.whatif.sharing import SharingReplay
+from slicewise.whatif.sharing import FormsReplay, SharingReplay, form_sizes
 from slicewise.whatif.trace import PodTrace, TraceNode, TracePod
 
 CATALOG = load_catalog()
@@ -231,3 +231,35 @@ def test_the_backtest_knows_sharing_by_name() -> None:
     result = replay(policy, PodTrace(pods, ()), ONE_GPU, CONFIG, (0.0, 1000.0))
     assert (result.policy, result.wait_mean_s) == (SHARING, 0.0)
     assert result.node_gpu_hours == pytest.approx(100 / 3600)
+
+
+def test_sharing_in_real_forms_gives_a_pod_the_smallest_slice_or_tenant_at_least_its_share() -> None:
+    # A T4 has no MIG and MPS tenants of 1/2, 1/3, ...: a 0.6-GPU pod holds the whole GPU and a 0.3-GPU pod a
+    # third, so they need two GPUs where sharing pairs them on one (0.9 <= 1). Both run 1000 s from 0 s.
+    nodes = [TraceNode("a", 1, "T4"), TraceNode("b", 1, "T4")]
+    pods = [pod("big", 0, 1000, 0.6), pod("small", 0, 1000, 0.3)]
+    run, result = ideal(pods, nodes, 2000, FormsReplay)
+    assert [ask.share for ask in run.asks] == pytest.approx([1.0, 1 / 3])
+    assert result.policy == SHARING_FORMS
+    assert result.node_gpu_hours == pytest.approx(2000 / 3600)
+    _, shared = ideal(pods, nodes, 2000, SharingReplay)
+    assert shared.node_gpu_hours == pytest.approx(1000 / 3600)
+    # On an A100 a 0.4-GPU pod holds a 3g slice (3/7) and a 0.55-GPU pod a 4g slice (4/7): one GPU hosts both.
+    a100 = [TraceNode("a", 1, "A100-80GB"), TraceNode("b", 1, "A100-80GB")]
+    run, result = ideal([pod("x", 0, 1000, 0.4), pod("y", 0, 1000, 0.55)], a100, 2000, FormsReplay)
+    assert [ask.share for ask in run.asks] == pytest.approx([3 / 7, 4 / 7])
+    assert result.node_gpu_hours == pytest.approx(1000 / 3600)
+
+
+def test_the_forms_of_a_gpu_follow_its_mig_profiles_and_its_mps_limit() -> None:
+    replicas = [2, 4, 64]  # 64: beyond every model's MPS limit, so never a form
+    assert form_sizes(CATALOG.model("T4-16GB"), replicas) == pytest.approx((1 / 4, 1 / 2, 1.0))
+    a100 = form_sizes(CATALOG.model("A100-80GB"), replicas)
+    assert a100 == pytest.approx((1 / 7, 1 / 4, 2 / 7, 3 / 7, 1 / 2, 4 / 7, 1.0))
+
+
+def test_the_backtest_knows_sharing_in_real_forms_by_name() -> None:
+    pods = (pod("a", 0, 100, 0.6), pod("b", 0, 100, 0.3))
+    (policy,) = parse_policies("sharing-forms")
+    result = replay(policy, PodTrace(pods, ()), [TraceNode("n1", 1, "T4")], CONFIG, (0.0, 1000.0))
+    assert (result.policy, result.wait_mean_s) == (SHARING_FORMS, 50.0)  # the second waits 100 s for the GPU
