@@ -33,9 +33,10 @@ class Marked:
 
 def mark_standby(backend: ClusterBackend, plan: FleetPlan) -> tuple[Marked, ...]:
     """For each standby taint (``STANDBY_TAINTS``, grade order): taint the nodes of the plan's list and untaint
-    every other managed node that carries it. The first grade goes first, so a crash in between adds no node a
-    larger grade without the smaller ones (a node leaving a list may keep a larger grade alone until the next
-    run: fewer grades than planned, never a refusal)."""
+    every other managed node that carries it. The first grade goes first, so a crash in between leaves no node
+    with a larger grade's taint without the smaller ones' (a node leaving a list may keep a larger grade's taint
+    alone until the next run; the scheduler counts taints, not their keys: fewer grades than planned, never a
+    refusal)."""
     grades = plan.standby_grades
     return tuple(
         _mark(backend, taint, set(grades[grade] if grade < len(grades) else ()))
