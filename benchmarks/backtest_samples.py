@@ -48,7 +48,7 @@ from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.metrics import ClassWait
-from slicewise.whatif.policies import POLICIES
+from slicewise.whatif.policies import POLICIES, SHARING_FORMS
 from slicewise.whatif.report import class_means, format_table
 from slicewise.whatif.run import replay
 from slicewise.whatif.trace import (
@@ -69,9 +69,8 @@ NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
 # ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
 IDEAL_FLEET = "any"
-FORMS = (
-    "sharing-forms"  # depends on the GPU models (their MIG slices and MPS limits): one run per model mapping
-)
+# sharing-forms depends on the GPU models (their MIG slices and MPS limits): one run per model mapping
+FORMS = SHARING_FORMS
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,8 @@ def _nodes() -> list[TraceNode]:
 
 
 @cache
-def _sample(variant: str, offset: int) -> tuple[list[TraceNode], PodTrace]:
+def load_sample(variant: str, offset: int) -> tuple[list[TraceNode], PodTrace]:
+    """The nodes of one sample of ``variant``'s fleet (``SAMPLES``' share, ``offset``) and the pods they can host."""
     fleet = spread_sample(_nodes(), SAMPLES[variant], offset)
     return fleet, hostable_on(load_pods(TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"), fleet)
 
@@ -126,7 +126,7 @@ def run_one(
     planner: dict[str, object] | None = None,
     prefer_shared: bool = True,
 ) -> Figures:
-    nodes, trace = _sample(variant, offset)
+    nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
     config = dataclasses.replace(config, prefer_shared=prefer_shared)
     if planner:
@@ -251,7 +251,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
         cuts, shares, reached, longer, small = [], [], 0, 0, 0
         node_shares, sharing_node_shares, forms_node_shares = [], [], []
         for offset, figures in samples.items():
-            nodes, trace = _sample(variant, offset)
+            nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
                 figures[(f, p)]
                 for f, p in (

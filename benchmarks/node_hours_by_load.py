@@ -21,13 +21,13 @@ import time
 from collections import defaultdict
 
 from backtest import SAMPLES, TRACES, fleets
+from backtest_samples import load_sample
 
 from slicewise.catalog import load_catalog
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import EPS, WHOLE, ReplayFleet
 from slicewise.whatif.metrics import FleetState, Meter
-from slicewise.whatif.policies import POLICIES
-from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
+from slicewise.whatif.policies import IDEAL, POLICIES, SHARING, SHARING_FORMS
 
 BANDS = ((0.25, "<= 1/4"), (0.5, "<= 1/2"), (0.75, "<= 3/4"), (float("inf"), "> 3/4"))
 FLEETS = {
@@ -70,25 +70,21 @@ def main() -> int:
     parser.add_argument("--policies", default="static,packing", help="of the planner policies and static")
     args = parser.parse_args()
     names = args.policies.split(",")
-    if unknown := [n for n in names if n not in POLICIES or n in ("ideal", "sharing", "sharing-forms")]:
+    if unknown := [n for n in names if n not in POLICIES or n in (IDEAL, SHARING, SHARING_FORMS)]:
         parser.error(f"not a policy the scheduler model replays: {', '.join(unknown)}")
     if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
         return 0
     began = time.perf_counter()
-    nodes = spread_sample(
-        load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv"),
-        SAMPLES[args.variant],
-        args.node_offset,
-    )
-    trace = hostable_on(load_pods(TRACES / f"alibaba_v2023_openb_pod_list_{args.variant}.csv"), nodes)
+    nodes, trace = load_sample(args.variant, args.node_offset)
+    catalog = load_catalog()
     config = fleets(BacktestConfig.priced())[FLEETS[args.fleet]]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     print(
         f"{args.variant}, offset {args.node_offset}, {FLEETS[args.fleet]}: {sum(n.gpus for n in nodes)} GPUs"
     )
     for name in names:
-        run = Replay(POLICIES[name], trace.pods, nodes, load_catalog(), config, window)
+        run = Replay(POLICIES[name], trace.pods, nodes, catalog, config, window)
         meter = run.meter = LoadMeter(run.meter.start, run.meter.nodes)
         result = run.run()
         print(f"\n{name}: {result.node_gpu_hours:,.0f} node-GPU-hours")
