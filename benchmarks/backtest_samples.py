@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/backtest_samples.py --only default --samples 10 --within 2
     .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
     .venv/bin/python benchmarks/backtest_samples.py --no-prefer-shared   # fractional pods ignore MPS nodes
+    .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600   # an autoscaler for every node
 
 ``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
@@ -26,7 +27,9 @@ how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves
 ``--planner FIELD=VALUE`` (repeatable) replays
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
-for MPS nodes (what the shared reserve is worth when pods do not ask for it). Figures and their reading:
+for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``--scale-down-unneeded-s``
+replays ``static`` and ``packing`` with a cluster autoscaler for every node, and the last column of the summary
+gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``). Figures and their reading:
 docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
 message when they are absent). Asserts nothing.
 """
@@ -78,6 +81,7 @@ class Figures:
     wait_mean_s: float
     node_gpu_hours: float
     wait_by_class: Mapping[str, ClassWait] = dataclasses.field(default_factory=dict)
+    service_gpu_hours: float = 0.0  # what the cluster pays for (PolicyResult.service_gpu_hours)
 
 
 @cache
@@ -125,15 +129,16 @@ def run_one(
     policy: str,
     planner: dict[str, object] | None = None,
     prefer_shared: bool = True,
+    unneeded_s: float | None = None,
 ) -> Figures:
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
-    config = dataclasses.replace(config, prefer_shared=prefer_shared)
+    config = dataclasses.replace(config, prefer_shared=prefer_shared, scale_down_unneeded_s=unneeded_s)
     if planner:
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     result = replay(POLICIES[policy], trace, nodes, config, window)
-    return Figures(result.wait_mean_s, result.node_gpu_hours, result.wait_by_class)
+    return Figures(result.wait_mean_s, result.node_gpu_hours, result.wait_by_class, result.service_gpu_hours)
 
 
 def forms_fleet(fleet: str) -> str:
@@ -245,11 +250,12 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             "node-GPU-h: share of ideal's cut",
             "sharing's",
             "forms'",
+            "paid GPU-h: share of ideal's cut",
         ]
     ]
     for fleet in fleets(BacktestConfig.priced()):
         cuts, shares, reached, longer, small = [], [], 0, 0, 0
-        node_shares, sharing_node_shares, forms_node_shares = [], [], []
+        node_shares, sharing_node_shares, forms_node_shares, paid_shares = [], [], [], []
         for offset, figures in samples.items():
             nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -273,6 +279,11 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             forms = figures[(forms_fleet(fleet), FORMS)]
             forms_node_share = _share(_cut(static.node_gpu_hours, forms.node_gpu_hours), ideal_node_cut)
             share = _share(cut, ideal_cut)
+            # The same cut in what the cluster pays for: the nodes in service (ideal's: its busy ones).
+            paid_share = _share(
+                _cut(static.service_gpu_hours, packing.service_gpu_hours),
+                _cut(static.service_gpu_hours, ideal.service_gpu_hours),
+            )
             rows.append(
                 [
                     str(offset),
@@ -300,6 +311,8 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                 sharing_node_shares.append(sharing_node_share)
             if forms_node_share is not None:
                 forms_node_shares.append(forms_node_share)
+            if paid_share is not None:
+                paid_shares.append(paid_share)
             reached += cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
@@ -316,6 +329,7 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                 _span(node_shares),
                 _span(sharing_node_shares),
                 _span(forms_node_shares),
+                _span(paid_shares),
             ]
         )
     return [format_table(rows), "", format_table(summary)]
@@ -335,6 +349,13 @@ def main() -> int:
         dest="prefer_shared",
         action="store_false",
         help="fractional pods do not prefer MPS nodes (the backtest's --no-prefer-shared)",
+    )
+    parser.add_argument(
+        "--scale-down-unneeded-s",
+        type=float,
+        default=None,
+        help="a cluster autoscaler for every node of static and packing: a node empty this long is removed "
+        "(the backtest's --scale-down-unneeded-s; 600 is cluster-autoscaler's default)",
     )
     args = parser.parse_args()
     try:
@@ -368,6 +389,7 @@ def main() -> int:
                             policy,
                             planner if policy == "packing" else None,
                             args.prefer_shared,
+                            args.scale_down_unneeded_s,
                         )
         results = {key: future.result() for key, future in jobs.items()}
     tally = Tally()
@@ -378,6 +400,8 @@ def main() -> int:
                 samples.setdefault(offset, {})[(fleet, policy)] = figures
         changed = ", ".join(f"{k}={v}" for k, v in planner.items()) or "as shipped"
         changed += "" if args.prefer_shared else "; fractional pods do not prefer MPS nodes"
+        if args.scale_down_unneeded_s is not None:
+            changed += f"; an autoscaler removes nodes empty for {args.scale_down_unneeded_s:.0f} s"
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )

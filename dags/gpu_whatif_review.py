@@ -16,7 +16,8 @@ whole-GPU demand settings trade (docs/backtest.md, "The what-if review").
 Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, default: this run's hour),
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
 bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
-`compare_standby`, `compare_whole_gpu_demand` (default true).
+`compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
+unneeded time, to replay it for every node; default none).
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ from slicewise.errors import task_outcome
             type="boolean",
             description="Replay packing once more with the other planner_whole_gpu_demand.",
         ),
+        "scale_down_unneeded_s": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            description="Your cluster autoscaler's --scale-down-unneeded-time in seconds (its default: 600), to "
+            "replay it for every node; empty: the fleet has none.",
+        ),
     },
     doc_md=__doc__,
 )
@@ -102,6 +110,7 @@ def gpu_whatif_review() -> None:
             params["prefer_shared"],
             params["compare_standby"],
             params["compare_whole_gpu_demand"],
+            params.get("scale_down_unneeded_s"),
         )
         for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)

@@ -161,6 +161,14 @@ def register(subparsers: Any) -> None:
         help="seconds the autoscaler takes to add back a node a consolidation released (default 300)",
     )
     parser.add_argument(
+        "--scale-down-unneeded-s",
+        type=float,
+        default=None,
+        help="model a cluster autoscaler for every node of every policy: a node empty this long is removed "
+        "(cluster-autoscaler's --scale-down-unneeded-time; 600 is its default) and added back after --scale-up-s "
+        "when pods need it (default: none; only nodes a consolidation releases leave service)",
+    )
+    parser.add_argument(
         "--drain-cap-days",
         type=float,
         default=30.0,
@@ -256,6 +264,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("give --pods and --nodes, or --prometheus with --since")
     if min(args.reconfigure_s, args.eviction_cost_s, args.scale_up_s, args.drain_cap_days) < 0:
         raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
+    if args.scale_down_unneeded_s is not None and args.scale_down_unneeded_s < 0:
+        raise ValueError("--scale-down-unneeded-s must be >= 0")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
@@ -278,6 +288,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         eviction_cost_s=args.eviction_cost_s,
         drain_cap_s=args.drain_cap_days * 86_400,
         scale_up_s=args.scale_up_s,
+        scale_down_unneeded_s=args.scale_down_unneeded_s,
         planner=dataclasses.replace(
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,

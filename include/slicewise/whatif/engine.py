@@ -1,6 +1,6 @@
 """Replay a pod trace on the simulated fleet under one policy, hour by hour, and measure it.
 
-Events, in time order (at the same instant: departures, then nodes coming back, then arrivals): a pod arrives
+Events, in time order (at the same instant: departures, nodes coming back, arrivals, removals): a pod arrives
 and queues; the queue is tried in arrival order, each pod placed by the scheduler model
 (:mod:`slicewise.whatif.fleet`), and a pod that fits starts and runs for its trace duration. At every whole hour
 the policy's planner (Slicewise's ``plan_fleet``, unchanged) sees the nodes, their pods and a forecast, and its
@@ -11,7 +11,10 @@ cordoned while its pods find room elsewhere). A consolidation that only empties 
 (``planner_consolidation=nodes``: the plan hosts nothing there) releases it: the cluster autoscaler removes it,
 and the scheduler model places nothing there until pods fit no node in service; the autoscaler then adds back,
 empty, after ``scale_up_s``, as many released nodes as they need, in one scale-up (cluster-autoscaler's
-binpacking estimator). The planner's own guard rails apply
+binpacking estimator). With ``scale_down_unneeded_s`` the autoscaler does the same to every node of every policy
+that stays empty (no pod, not being changed) that long, a consolidated one included (then no longer removed at
+once): it soft-taints it meanwhile (the scheduler model then prefers other nodes with room) and removes it, to be
+added back as above. The planner's own guard rails apply
 as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
 the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
@@ -55,7 +58,7 @@ from slicewise.whatif.trace import TraceNode, TracePod
 
 HOUR_S = 3600.0
 DAY_S = 86_400.0
-DEPART, BACK, ARRIVE = 0, 1, 2
+DEPART, BACK, ARRIVE, UNNEEDED = 0, 1, 2, 3
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; only differences matter)
 #: The node list's GPU model name of a node, as a label: what a pod's ``gpu_spec`` pins it to. Under
 #: ``--gpu-model`` every node is one catalogue model, but the scheduler model still keeps a pinned pod to the
@@ -76,6 +79,9 @@ class BacktestConfig:
     eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
     drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
     scale_up_s: float = 300.0  # the autoscaler takes this long to add back a node released by a consolidation
+    # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
+    # removed (soft-tainted meanwhile) and added back as a released one; None: only consolidations release nodes
+    scale_down_unneeded_s: float | None = None
     step_s: int = 300  # load samples for the forecaster's baselines
     # As production: act on the baseline forecast; nodes without MIG are left alone unless asked.
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
@@ -153,6 +159,9 @@ class Replay:
         self.pending_changes: dict[int, tuple[str, str]] = {}
         self.releasing: set[int] = set()  # nodes being drained that the autoscaler removes once empty
         self.adding: set[int] = set()  # released nodes the autoscaler is adding back
+        # Per node, how often its idleness was broken (a pod landed, a change took it away): an UNNEEDED check
+        # made before the last break is stale.
+        self.busied = np.zeros(len(self.fleet.nodes), dtype=np.int64)
         self.last_event = -math.inf
         self.last_plan_changed = True
         self.last_change_any = -math.inf
@@ -172,6 +181,8 @@ class Replay:
         for pod_id, pod in enumerate(self.pods):
             if self.start <= pod.arrival_s < self.end:
                 heapq.heappush(self.events, (pod.arrival_s, ARRIVE, pod_id, 0))
+        for node in self.fleet.nodes:
+            self._maybe_unneeded(node, self.start)
         per_hour = int(HOUR_S // self.config.step_s)
         horizon = self.end + self.config.drain_cap_s
         step = 0
@@ -215,17 +226,50 @@ class Replay:
             self.node_of[subject] = -1
             self.running -= 1
             self._try(list(self.queue), when)
+            self._maybe_unneeded(node, when)
+        elif kind == UNNEEDED:
+            node = self.fleet.nodes[subject]
+            if epoch == self.busied[subject] and self._idle(node):
+                self.fleet.release(node)
+                self.meter.node_removed()
         elif subject in self.adding:  # BACK: the autoscaler added a released node back
             self.adding.discard(subject)
             self.fleet.restore(self.fleet.nodes[subject])
             self._try(list(self.queue), when)
+            self._maybe_unneeded(self.fleet.nodes[subject], when)
         else:  # BACK: a reconfigured node returns with its new slots (or, released, is removed)
             node = self.fleet.nodes[subject]
             self.fleet.back(node, *self.pending_changes.pop(subject))
             if subject in self.releasing:
                 self.releasing.discard(subject)
-                self.fleet.release(node)
+                if self.config.scale_down_unneeded_s is None:
+                    self.fleet.release(node)
+                # else it is one more idle node, which the autoscaler removes after its unneeded time
             self._try(list(self.queue), when)
+            self._maybe_unneeded(self.fleet.nodes[subject], when)
+
+    def _idle(self, node: SimNode) -> bool:
+        """Empty, taking pods, and neither removed nor about to change."""
+        index = self.index[node.name]
+        return (
+            not node.pods
+            and node.available
+            and not self.fleet.released[index]
+            and index not in self.pending_changes
+        )
+
+    def _maybe_unneeded(self, node: SimNode, when: float) -> None:
+        """With an autoscaler for every node: an idle node is unneeded from now. The autoscaler soft-taints it
+        (``DeletionCandidateOfClusterAutoscaler``, so the scheduler sends pods elsewhere while another node has
+        room) and removes it after ``scale_down_unneeded_s`` unless a pod lands there first."""
+        unneeded_s = self.config.scale_down_unneeded_s
+        if unneeded_s is None or not self._idle(node):
+            return
+        index = self.index[node.name]
+        if self.fleet.candidates[index]:
+            return  # already counting since it became idle
+        self.fleet.candidates[index] = True
+        heapq.heappush(self.events, (when + unneeded_s, UNNEEDED, index, int(self.busied[index])))
 
     def _try(self, candidates: list[int], when: float) -> None:
         failed: dict[Ask, None] = {}  # an ask that did not fit cannot fit later in this pass (in queue order)
@@ -239,6 +283,7 @@ class Replay:
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
+            self.busied[self.index[node.name]] += 1
             self._loaded(node, when)
             self.queue.remove(pod_id)
             self.queued_demand[self.wants[pod_id]] -= 1
@@ -287,6 +332,7 @@ class Replay:
                     homeless.add(ask)  # it waits for room in service
                     continue
                 self.adding.add(index)
+                self.fleet.booting(index)
                 self.meter.node_added()
                 heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
                 node = upcoming[index] = self.fleet.nodes[index].copy()
@@ -354,6 +400,7 @@ class Replay:
         self._loaded(node, now)
         drain_only = (desired.mig_config, desired.device_plugin_config) == (node.mig_config, node.plugin)
         self.fleet.unavailable(node)
+        self.busied[index] += 1
         node.last_change = now
         self.pending_changes[index] = (desired.mig_config, desired.device_plugin_config)
         away = self.config.drain_s if drain_only else self.config.reconfigure_s
@@ -457,7 +504,7 @@ class Replay:
         twin = copy.copy(self)
         twin.fleet = self.fleet.fork()
         twin.queue, twin.events = list(self.queue), list(self.events)
-        for name in ("remaining", "waiting_since", "waited", "started_at", "epoch", "node_of"):
+        for name in ("remaining", "waiting_since", "waited", "started_at", "epoch", "node_of", "busied"):
             setattr(twin, name, getattr(self, name).copy())
         twin.queued_demand = Counter(self.queued_demand)
         twin.pending_changes = dict(self.pending_changes)

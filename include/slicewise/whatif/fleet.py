@@ -35,7 +35,8 @@ does in a cluster. With two grades or fewer, the sum orders the nodes as "fewer 
 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
-by :meth:`ReplayFleet.to_add`; the replay charges the time it takes).
+by :meth:`ReplayFleet.to_add`; the replay charges the time it takes). A node the autoscaler found unneeded
+(``candidates``) carries its ``DeletionCandidateOfClusterAutoscaler`` soft taint until a pod lands there or it goes.
 """
 
 from __future__ import annotations
@@ -210,12 +211,23 @@ class ReplayFleet:
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
         self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
+        # The autoscaler's soft taint on a node it found unneeded (DeletionCandidateOfClusterAutoscaler,
+        # PreferNoSchedule): one more untolerated taint, on top of the planner's.
+        self.candidates = np.zeros(len(nodes), dtype=bool)
+        self.unbilled = np.zeros(len(nodes), dtype=bool)  # removed, and not (yet) being added back
+        self.unbilled_gpus = 0
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
     def releasable_gpus(self) -> int:
         """GPUs of whole nodes with no pod that are not being reconfigured: what an autoscaler could remove."""
         return self.total_gpus - self.busy_node_gpus - self.away_gpus
+
+    @property
+    def service_gpus(self) -> int:
+        """GPUs of the nodes the cluster pays for: every node but those the autoscaler removed and is not adding
+        back."""
+        return self.total_gpus - self.unbilled_gpus
 
     def _account(self, node: SimNode, before: tuple[int, bool], demand: float) -> None:
         gpus, occupied = before
@@ -234,6 +246,7 @@ class ReplayFleet:
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
         twin.released, twin.taints = self.released.copy(), self.taints.copy()
+        twin.candidates, twin.unbilled = self.candidates.copy(), self.unbilled.copy()
         twin.owned = set()
         return twin
 
@@ -264,14 +277,14 @@ class ReplayFleet:
     def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
         """The node and slots the scheduler model gives the request now, or None (it waits): the feasible node
         with the highest score, kube-scheduler's weighted sum of ``TaintToleration`` (weight 3, by the standby
-        ``taints`` the pod does not tolerate), ``NodeAffinity`` (weight 2, with ``prefer_shared`` for a fractional
-        pod on an MPS node) and ``NodeResourcesFit`` (weight 1, by the scheduler model), each normalised as
-        kube-scheduler does over the nodes that fit; ties to name order."""
+        ``taints`` and the autoscaler's ``candidates`` the pod does not tolerate), ``NodeAffinity`` (weight 2,
+        with ``prefer_shared`` for a fractional pod on an MPS node) and ``NodeResourcesFit`` (weight 1, by the
+        scheduler model), each normalised as kube-scheduler does over the nodes that fit; ties to name order."""
         if not self.could_fit(ask):
             return None
         allowed = self.up & self.eligible(ask.models)
         shared = self.prefer_shared and ask.fractional
-        if not shared and not self.taints[allowed].any():
+        if not shared and not (self.taints[allowed].any() or self.candidates[allowed].any()):
             return self._placed(ask, allowed)  # the fit score alone orders the nodes
         feasible, slots = [], []
         for index in np.flatnonzero(allowed):
@@ -288,7 +301,7 @@ class ReplayFleet:
     def _scores(self, ask: Ask, at: np.ndarray, shared: bool) -> np.ndarray:
         """kube-scheduler's score of each node in ``at`` (the nodes that fit): the default plugin weights, each
         plugin's score normalised over those nodes (``DefaultNormalizeScore``: integer, 0-100)."""
-        taints = self.taints[at].astype(np.int64)
+        taints = self.taints[at].astype(np.int64) + self.candidates[at]
         most = int(taints.max())
         # TaintToleration: fewer untolerated PreferNoSchedule taints score higher (reversed); none: all 100.
         toleration = np.full(len(at), MAX_SCORE) if most == 0 else MAX_SCORE - MAX_SCORE * taints // most
@@ -324,6 +337,7 @@ class ReplayFleet:
         node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         node.place(pod, slots, demand)
+        self.candidates[self.position[node.name]] = False  # needed again
         self.free.subtract(node.slots[i].share for i in slots)
         self._account(node, before, demand)
         self._whole_changed(whole, node.free_whole())
@@ -347,6 +361,7 @@ class ReplayFleet:
             self.nodes_by_free_whole[node.free_whole()] -= 1
             node.available = False
             self.up[self.position[node.name]] = False
+            self.candidates[self.position[node.name]] = False
             self.away_gpus += node.gpus
 
     def back(self, node: SimNode, mig_config: str, plugin: str) -> None:
@@ -369,6 +384,16 @@ class ReplayFleet:
         self.nodes_by_free_whole[node.free_whole()] -= 1
         self.up[position] = False
         self.released[position] = True
+        self.candidates[position] = False
+        self.unbilled[position] = True
+        self.unbilled_gpus += node.gpus
+
+    def booting(self, position: int) -> None:
+        """The autoscaler has asked for a released node back: it is billed from now, though it takes no pod
+        until :meth:`restore`."""
+        if self.unbilled[position]:
+            self.unbilled[position] = False
+            self.unbilled_gpus -= self.nodes[position].gpus
 
     def restore(self, node: SimNode) -> None:
         """A released node is back (the autoscaler added it), empty, in the configuration it had."""
@@ -376,6 +401,7 @@ class ReplayFleet:
         position = self.position[node.name]
         if not self.released[position]:
             raise RuntimeError(f"{node.name}: not released")
+        self.booting(position)
         self.released[position] = False
         self.up[position] = True
         self.free.update(node.free_shares())

@@ -211,6 +211,11 @@ class _State:
     def releasable_gpus(self) -> int:
         return self.total_gpus - self.busy_node_gpus
 
+    @property
+    def service_gpus(self) -> int:
+        """The bound's autoscaler removes a node the moment it empties and adds it back at once."""
+        return self.busy_node_gpus
+
     def refresh(self, packing: Packing, work: float) -> None:
         self.work = work
         self.busy_gpus = packing.busy_gpus()

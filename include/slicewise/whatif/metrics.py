@@ -53,6 +53,10 @@ class FleetState(Protocol):
     def busy_cost_rate(self) -> float: ...  # price per hour of those GPUs
     @property
     def releasable_gpus(self) -> int: ...
+    @property
+    def service_gpus(
+        self,
+    ) -> int: ...  # GPUs of the nodes the cluster pays for (not removed by an autoscaler)
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,10 @@ class PolicyResult:
     end_s: float  # when the replay ended: the window's end, or later while pods were still to be served
     allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
     nodes_added: int = 0  # released nodes the autoscaler added back (engine)
+    nodes_removed: int = 0  # nodes the autoscaler removed once unneeded (engine, scale_down_unneeded_s)
+    # GPU-hours of the nodes in service (not removed by the autoscaler): what the cluster pays for; ideal's are
+    # its node_gpu_hours (an autoscaler that removes a node the moment it empties and adds it back at once)
+    service_gpu_hours: float = 0.0
     hours: list[HourRecord] = field(default_factory=list, repr=False)
 
     def headline(self) -> dict[str, Any]:
@@ -127,9 +135,10 @@ class Meter:
         self.start = start_s
         self.nodes = nodes
         self.work = self.busy_gpus = self.node_gpus = self.cost = self.releasable = 0.0  # integrals (x s)
+        self.service = 0.0
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
-        self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = 0
+        self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = self.removed = 0
         self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
@@ -157,6 +166,7 @@ class Meter:
         self.node_gpus += fleet.busy_node_gpus * dt
         self.cost += fleet.busy_cost_rate * dt
         self.releasable += fleet.releasable_gpus * dt
+        self.service += fleet.service_gpus * dt
         self.hour["work"] += fleet.work * dt
         self.hour["busy"] += fleet.busy_gpus * dt
         self.hour["nodes"] += fleet.busy_node_gpus * dt
@@ -207,8 +217,12 @@ class Meter:
         self.evictions += 1
 
     def node_added(self) -> None:
-        """The autoscaler added back a node released by a consolidation."""
+        """The autoscaler added back a released node."""
         self.added += 1
+
+    def node_removed(self) -> None:
+        """The autoscaler removed a node it found unneeded (``BacktestConfig.scale_down_unneeded_s``)."""
+        self.removed += 1
 
     def result(
         self, policy: str, waited: np.ndarray, classes: np.ndarray, still_waiting: int, fleet: FleetState
@@ -239,5 +253,7 @@ class Meter:
             end_s=self.last,
             allocated_at_end=float(fleet.work),
             nodes_added=self.added,
+            nodes_removed=self.removed,
+            service_gpu_hours=float(self.service / HOUR_S),
             hours=self.hours,
         )

@@ -50,6 +50,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "eviction_cost_s": config.eviction_cost_s,
             "drain_cap_s": config.drain_cap_s,
             "scale_up_s": config.scale_up_s,
+            "scale_down_unneeded_s": config.scale_down_unneeded_s,
             "price_per_gpu_hour": config.price_per_gpu_hour,
             "prices": dict(config.prices),
             "planner": {
@@ -98,6 +99,7 @@ HEADERS = [
     "policy",
     "node-GPU-h",
     "vs static (to ideal)",
+    "paid GPU-h",
     "wait mean s",
     "vs static (to ideal)",
     "wait P95 s",
@@ -121,6 +123,7 @@ def rows(backtest: Backtest) -> list[list[str]]:
                 name,
                 f"{r.node_gpu_hours:,.0f}",
                 _cut(gains[name], "node_gpu_hours_cut"),
+                f"{r.service_gpu_hours:,.0f}",
                 f"{r.wait_mean_s:,.0f}",
                 _cut(gains[name], "wait_cut"),
                 f"{r.wait_p95_s:,.0f}",

@@ -103,13 +103,15 @@ def run_review(
     prefer_shared: bool = True,
     compare_standby: bool = True,
     compare_whole_gpu_demand: bool = True,
+    scale_down_unneeded_s: float | None = None,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
     paths. ``prefer_shared``: whether the cluster's fractional pods prefer MPS nodes (the scheduler model's);
     ``compare_standby``: replay ``packing`` once more with ``planner_standby`` the other way round, in the
     cluster's consolidation mode (when that mode is among ``modes``); ``compare_whole_gpu_demand``: the same with
-    the other ``planner_whole_gpu_demand``."""
+    the other ``planner_whole_gpu_demand``; ``scale_down_unneeded_s``: the cluster autoscaler's unneeded time, to
+    replay it for every node of every policy (None: a fleet without one)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -132,6 +134,8 @@ def run_review(
         raise ReviewError(f"the window must be whole hours, since before until: {since} .. {until}")
     if scheduler not in SCHEDULERS:
         raise ReviewError(f"unknown scheduler model {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    if scale_down_unneeded_s is not None and scale_down_unneeded_s < 0:
+        raise ReviewError(f"the autoscaler's unneeded time must be >= 0 s, not {scale_down_unneeded_s}")
     root = store.storage_path(settings.storage_root)
     hours = [since + timedelta(hours=h) for h in range(int((until - since) / timedelta(hours=1)))]
     found = published_hours(root, hours)
@@ -153,6 +157,7 @@ def run_review(
         scheduler=scheduler,
         prefer_shared=prefer_shared,
         eviction_cost_s=planner.eviction_cost_s,
+        scale_down_unneeded_s=scale_down_unneeded_s,
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
@@ -194,7 +199,16 @@ def run_review(
         "standby_choice": summary["standby_choice"],
         "whole_gpu_demand_choice": summary["whole_gpu_demand_choice"],
         "policies": {
-            name: {k: figures[k] for k in ("wait_mean_s", "node_gpu_hours", "pods_evicted", "still_waiting")}
+            name: {
+                k: figures[k]
+                for k in (
+                    "wait_mean_s",
+                    "node_gpu_hours",
+                    "service_gpu_hours",
+                    "pods_evicted",
+                    "still_waiting",
+                )
+            }
             for name, figures in summary["policies"].items()
         },
         "report": str(target / "report.html"),

@@ -153,3 +153,22 @@ def test_the_plan_notes_carry_the_newest_reviews_advice_and_a_broken_review_cost
     summary_file.write_text("[1, 2]")
     assert review_advice(settings, until) is None
     assert "could not be read" in caplog.text
+
+
+def test_an_autoscaler_for_every_node_is_replayed_when_the_cluster_runs_one(
+    root: store.ObjectStoragePath,
+) -> None:
+    settings = load_settings(None, {"storage_root": str(root)})
+    until = DAY + timedelta(hours=4)
+    fixed = run_review(settings, DAY, until, "spread", ("whole-gpus",), compare_standby=False)
+    scaled = run_review(
+        settings, DAY, until, "spread", ("whole-gpus",), compare_standby=False, scale_down_unneeded_s=0.0
+    )
+    written = json.loads((review_folder(root, DAY, until) / "summary.json").read_text())
+    assert written["model"]["scale_down_unneeded_s"] == 0.0
+    # Nodes the simulated fleet leaves idle leave service at once: the cluster pays for fewer GPU-hours.
+    assert (
+        scaled["policies"]["static"]["service_gpu_hours"] < fixed["policies"]["static"]["service_gpu_hours"]
+    )
+    with pytest.raises(ReviewError, match="unneeded time must be >= 0"):
+        run_review(settings, DAY, until, "spread", ("off",), scale_down_unneeded_s=-1.0)

@@ -112,6 +112,8 @@ def test_the_command_prints_one_json_object_per_policy(
             "cost",
             "wait_cut_share_of_ideal",
             "node_gpu_hours_cut_share_of_ideal",
+            "service_gpu_hours",
+            "nodes_removed",
         ):
             assert key in figures
         assert 0 <= figures["gpu_utilisation"] <= 1
@@ -134,6 +136,23 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --shared-reserve must be in [0, 100]")
     assert main([*args, "--node-share", "0.5", "--node-offset", "2"]) == 2
     assert capsys.readouterr().err.startswith("error: node offset must be in [0, 1] for a node share of 0.5")
+    assert main([*args, "--scale-down-unneeded-s", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --scale-down-unneeded-s must be >= 0")
+
+
+def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_less(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--policies", "static"]
+    args += ["--workers", "1", "--json"]
+    assert main(args) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert main([*args, "--scale-down-unneeded-s", "600"]) == 0
+    scaled = json.loads(capsys.readouterr().out)
+    assert (fixed["model"]["scale_down_unneeded_s"], scaled["model"]["scale_down_unneeded_s"]) == (None, 600)
+    before, after = fixed["policies"]["static"], scaled["policies"]["static"]
+    assert before["nodes_removed"] == 0 and after["nodes_removed"] >= 1
+    assert after["service_gpu_hours"] < before["service_gpu_hours"]
 
 
 def test_a_node_offset_replays_another_sample_and_says_which(

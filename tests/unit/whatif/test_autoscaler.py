@@ -1,0 +1,101 @@
+"""The replay's cluster autoscaler for every node (``BacktestConfig.scale_down_unneeded_s``): which nodes it
+removes, when, what it costs the pods and what the cluster pays; every figure computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from slicewise.catalog import load_catalog
+from slicewise.whatif.engine import BacktestConfig, Replay
+from slicewise.whatif.metrics import PolicyResult
+from slicewise.whatif.policies import POLICIES
+from slicewise.whatif.trace import TraceNode, TracePod
+
+CATALOG = load_catalog()
+AUTOSCALED = BacktestConfig(eviction_cost_s=0.0, scale_up_s=200.0, scale_down_unneeded_s=600.0)
+
+
+def pod(name: str, arrival: float, duration: float, gpus: int = 1) -> TracePod:
+    return TracePod(name, arrival, duration, gpus, 1.0, "LS", ())
+
+
+def replay(pods: list[TracePod], nodes: list[TraceNode], end: float, config: BacktestConfig) -> PolicyResult:
+    return Replay(POLICIES["static"], tuple(pods), nodes, CATALOG, config, (0.0, end)).run()
+
+
+def test_an_empty_node_is_removed_after_the_unneeded_time_and_added_back_when_a_pod_fits_nowhere() -> None:
+    # n2 is empty from the start: removed at 600 s. a leaves n1 at 100: n1 is removed at 700. b arrives at
+    # 1000 and fits no node in service: the autoscaler adds n1 (the first of the two, equal in size) back,
+    # billed from 1000, and b starts at 1200; n1 is empty again at 1300 and removed at 1900.
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4")]
+    pods = [pod("a", 0, 100), pod("b", 1000, 100)]
+    result = replay(pods, nodes, end=2000, config=AUTOSCALED)
+    assert (result.nodes_removed, result.nodes_added) == (3, 1)
+    assert result.wait_mean_s == pytest.approx(200 / 2)
+    assert result.service_gpu_hours == pytest.approx((700 + 900 + 600) / 3600)
+    assert result.node_gpu_hours == pytest.approx(200 / 3600)  # the busy hours count no empty node
+    # Without the autoscaler nothing leaves: b starts at once, and the cluster pays for both nodes throughout.
+    kept = replay(pods, nodes, end=2000, config=dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=None))
+    assert (kept.nodes_removed, kept.nodes_added, kept.wait_mean_s) == (0, 0, 0.0)
+    assert kept.service_gpu_hours == pytest.approx(2 * 2000 / 3600)
+
+
+def test_a_pod_that_lands_on_an_unneeded_node_restarts_its_clock() -> None:
+    # n1 is unneeded from 0 (removal due at 600), but a lands there at 100 and leaves at 200: removed at 800.
+    result = replay([pod("a", 100, 100)], [TraceNode("n1", 1, "T4")], end=1000, config=AUTOSCALED)
+    assert (result.nodes_removed, result.wait_mean_s) == (1, 0.0)
+    assert result.service_gpu_hours == pytest.approx(800 / 3600)
+
+
+def test_the_scheduler_avoids_a_node_the_autoscaler_marked_while_another_has_room() -> None:
+    # a leaves n1 at 50 and the autoscaler soft-taints it (DeletionCandidateOfClusterAutoscaler). First-fit would
+    # put b, at 100, on n1 (first by name); with the taint it goes to n2, where c runs and a GPU is free. n1 is
+    # removed at 650, n2 at 5601 (c leaves at 5001).
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 2, "T4")]
+    pods = [pod("a", 0, 50), pod("c", 1, 5000), pod("b", 100, 1000)]
+    result = replay(pods, nodes, end=6000, config=AUTOSCALED)
+    assert result.nodes_removed == 2
+    assert result.node_gpu_hours == pytest.approx((50 + 2 * 5000) / 3600)  # n1 0-50, n2 1-5001
+    untainted = replay(
+        pods, nodes, end=6000, config=dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=None)
+    )
+    assert untainted.node_gpu_hours == pytest.approx((50 + 1000 + 2 * 5000) / 3600)  # b on n1 100-1100
+
+
+def test_a_node_the_planner_reconfigures_while_unneeded_restarts_its_clock_when_it_returns() -> None:
+    # p on n1 all along; n2 is empty from 0 (removal due at 4000 s), but at 3600 s the shared reserve switches it
+    # to MPS for the fractional pod's kind (gone 300 s): it returns empty at 3900 and is removed at 7900, not 4000.
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=4000.0, planner=planner)
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4")]
+    pods = (TracePod("p", 0, 20_000, 1, 0.25, "LS", ()),)
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 10_000.0)).run()
+    assert result.reconfigs_per_node_hour * 2 * 20_000 / 3600 == pytest.approx(1)  # n2, once
+    assert result.nodes_removed == 1
+    assert result.service_gpu_hours == pytest.approx((20_000 + 7900) / 3600)
+
+
+def test_a_node_a_consolidation_emptied_stays_in_service_for_the_unneeded_time() -> None:
+    # As test_fleet_fidelity's released-node case: at 3600 s n2 holds 1 of its 4 GPUs (c), c moves to n1's free
+    # GPU and n2 is back, empty, at 3660. With an autoscaler for every node it is one more idle node, removed at
+    # 4260 unless needed: d, at 4000, fits no other node and starts there at once (without the model, the
+    # consolidation released n2 at once and d waited 200 s for it). n2 goes at 5600, n1 at 20,602.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
+    pods = (pod("a", 0, 20_000), pod("b", 1, 100), pod("c", 2, 20_000), pod("d", 4000, 1000))
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
+    config = dataclasses.replace(AUTOSCALED, drain_s=60.0, planner=planner)
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
+    assert (result.consolidations, result.pods_evicted, result.nodes_added, result.nodes_removed) == (
+        1,
+        1,
+        0,
+        2,
+    )
+    assert result.wait_mean_s == 0.0
+    assert result.service_gpu_hours == pytest.approx((2 * 20_602 + 4 * 5600) / 3600)
