@@ -28,7 +28,7 @@ how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
 for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``--scale-down-unneeded-s``
-replays ``static`` and ``packing`` with a cluster autoscaler for every node, and the last column of the summary
+replays ``static`` and ``packing`` with a cluster autoscaler for every node, and a last column of the summary
 gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``). Figures and their reading:
 docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
 message when they are absent). Asserts nothing.
@@ -218,9 +218,12 @@ class Tally:
         )
 
 
-def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tally: Tally) -> list[str]:
+def report(
+    variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tally: Tally, paid: bool = False
+) -> list[str]:
     """The per-sample table and the per-fleet summary of one variant, as printed lines; the goals counted into
-    ``tally``."""
+    ``tally``. ``paid``: add the share of ``ideal``'s cut in paid GPU-hours (with an autoscaler for every node;
+    without one ``static`` pays for the whole fleet, and the share says nothing)."""
     rows = [
         [
             "offset",
@@ -250,9 +253,10 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
             "node-GPU-h: share of ideal's cut",
             "sharing's",
             "forms'",
-            "paid GPU-h: share of ideal's cut",
         ]
     ]
+    if paid:
+        summary[0].append("paid GPU-h: share of ideal's cut")
     for fleet in fleets(BacktestConfig.priced()):
         cuts, shares, reached, longer, small = [], [], 0, 0, 0
         node_shares, sharing_node_shares, forms_node_shares, paid_shares = [], [], [], []
@@ -329,8 +333,8 @@ def report(variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tal
                 _span(node_shares),
                 _span(sharing_node_shares),
                 _span(forms_node_shares),
-                _span(paid_shares),
             ]
+            + ([_span(paid_shares)] if paid else [])
         )
     return [format_table(rows), "", format_table(summary)]
 
@@ -405,7 +409,7 @@ def main() -> int:
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )
-        print("\n".join(report(variant, samples, tally)))
+        print("\n".join(report(variant, samples, tally, args.scale_down_unneeded_s is not None)))
     print(f"\n{tally.describe()}")
     print(
         f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB (this process)"

@@ -14,7 +14,8 @@ empty, after ``scale_up_s``, as many released nodes as they need, in one scale-u
 binpacking estimator). With ``scale_down_unneeded_s`` the autoscaler does the same to every node of every policy
 that stays empty (no pod, not being changed) that long, a consolidated one included (then no longer removed at
 once): it soft-taints it meanwhile (the scheduler model then prefers other nodes with room) and removes it, to be
-added back as above. The planner's own guard rails apply
+added back as above. A node added back is a new machine of its node group: in the configuration the replay started
+it in, with no last change. The planner's own guard rails apply
 as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
 the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
@@ -144,6 +145,7 @@ class Replay:
             config.prefer_shared,
         )
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
+        self.group_configs = list(configs)  # what a node the autoscaler adds back comes with
         count = len(pods)
         self.remaining = np.array([p.duration_s for p in pods])
         self.waiting_since = np.full(count, np.nan)
@@ -230,7 +232,7 @@ class Replay:
         elif kind == UNNEEDED:
             node = self.fleet.nodes[subject]
             if epoch == self.busied[subject] and self._idle(node):
-                self.fleet.release(node)
+                self._remove(node)
                 self.meter.node_removed()
         elif subject in self.adding:  # BACK: the autoscaler added a released node back
             self.adding.discard(subject)
@@ -243,10 +245,15 @@ class Replay:
             if subject in self.releasing:
                 self.releasing.discard(subject)
                 if self.config.scale_down_unneeded_s is None:
-                    self.fleet.release(node)
+                    self._remove(node)
                 # else it is one more idle node, which the autoscaler removes after its unneeded time
             self._try(list(self.queue), when)
             self._maybe_unneeded(self.fleet.nodes[subject], when)
+
+    def _remove(self, node: SimNode) -> None:
+        """The autoscaler removes the node; what it adds back later is a new node in its group's configuration."""
+        self.fleet.release(node)
+        self.fleet.renew(node, *self.group_configs[self.index[node.name]])
 
     def _idle(self, node: SimNode) -> bool:
         """Empty, taking pods, and neither removed nor about to change."""

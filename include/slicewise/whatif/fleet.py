@@ -388,6 +388,17 @@ class ReplayFleet:
         self.unbilled[position] = True
         self.unbilled_gpus += node.gpus
 
+    def renew(self, node: SimNode, mig_config: str, plugin: str) -> None:
+        """A released node as the autoscaler will add it back: a new machine of its node group, in the group's
+        configuration (the labels Slicewise set went with the old Node object)."""
+        node = self.own(node)
+        position = self.position[node.name]
+        if not self.released[position]:
+            raise RuntimeError(f"{node.name}: only a released node is renewed")
+        node.configure(mig_config, plugin)
+        node.last_change = None
+        self.mps[position] = node.replicas > 1
+
     def booting(self, position: int) -> None:
         """The autoscaler has asked for a released node back: it is billed from now, though it takes no pod
         until :meth:`restore`."""
@@ -396,7 +407,7 @@ class ReplayFleet:
             self.unbilled_gpus -= self.nodes[position].gpus
 
     def restore(self, node: SimNode) -> None:
-        """A released node is back (the autoscaler added it), empty, in the configuration it had."""
+        """A released node is back (the autoscaler added it), empty, as :meth:`renew` left it."""
         node = self.own(node)
         position = self.position[node.name]
         if not self.released[position]:

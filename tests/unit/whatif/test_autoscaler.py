@@ -99,3 +99,19 @@ def test_a_node_a_consolidation_emptied_stays_in_service_for_the_unneeded_time()
     )
     assert result.wait_mean_s == 0.0
     assert result.service_gpu_hours == pytest.approx((2 * 20_602 + 4 * 5600) / 3600)
+
+
+def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> None:
+    # As above, n2 is removed at 7900 s while under MPS. b, a whole GPU at 9000 s, fits no node in service (p
+    # holds n1's GPU): the autoscaler adds n2 back as its node group makes it, whole GPUs like every node at the
+    # start (Slicewise's MPS label went with the old Node object), and b starts 200 s later. Had n2 come back
+    # under MPS, b would have waited for p to end at 20,000 s.
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=4000.0, planner=planner)
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4")]
+    pods = (TracePod("p", 0, 20_000, 1, 0.25, "LS", ()), pod("b", 9000, 100))
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
+    assert (result.nodes_removed, result.nodes_added) == (3, 1)  # n2 at 7900 and 13,300; n1 at 24,000
+    assert result.wait_mean_s == pytest.approx(200 / 2)
