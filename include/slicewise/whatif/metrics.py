@@ -53,10 +53,9 @@ class FleetState(Protocol):
     def busy_cost_rate(self) -> float: ...  # price per hour of those GPUs
     @property
     def releasable_gpus(self) -> int: ...
+    # GPUs of the nodes the cluster pays for (not removed by an autoscaler)
     @property
-    def service_gpus(
-        self,
-    ) -> int: ...  # GPUs of the nodes the cluster pays for (not removed by an autoscaler)
+    def service_gpus(self) -> int: ...
 
 
 @dataclass(frozen=True)
