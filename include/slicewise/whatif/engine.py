@@ -161,9 +161,6 @@ class Replay:
         self.pending_changes: dict[int, tuple[str, str]] = {}
         self.releasing: set[int] = set()  # nodes being drained that the autoscaler removes once empty
         self.adding: set[int] = set()  # released nodes the autoscaler is adding back
-        # Per node, how often its idleness was broken (a pod landed, a change took it away): an UNNEEDED check
-        # made before the last break is stale.
-        self.busied = np.zeros(len(self.fleet.nodes), dtype=np.int64)
         self.last_event = -math.inf
         self.last_plan_changed = True
         self.last_change_any = -math.inf
@@ -230,9 +227,9 @@ class Replay:
             self._try(list(self.queue), when)
             self._maybe_unneeded(node, when)
         elif kind == UNNEEDED:
-            node = self.fleet.nodes[subject]
-            if epoch == self.busied[subject] and self._idle(node):
-                self._remove(node)
+            # A stale check (a pod landed or a change came since: unneeded_since is NaN or later) does nothing.
+            if self.fleet.unneeded_since[subject] + self.config.scale_down_unneeded_s <= when:
+                self._remove(self.fleet.nodes[subject])
                 self.meter.node_removed()
         elif subject in self.adding:  # BACK: the autoscaler added a released node back
             self.adding.discard(subject)
@@ -273,10 +270,10 @@ class Replay:
         if unneeded_s is None or not self._idle(node):
             return
         index = self.index[node.name]
-        if self.fleet.candidates[index]:
+        if not np.isnan(self.fleet.unneeded_since[index]):
             return  # already counting since it became idle
-        self.fleet.candidates[index] = True
-        heapq.heappush(self.events, (when + unneeded_s, UNNEEDED, index, int(self.busied[index])))
+        self.fleet.unneeded_since[index] = when
+        heapq.heappush(self.events, (when + unneeded_s, UNNEEDED, index, 0))
 
     def _try(self, candidates: list[int], when: float) -> None:
         failed: dict[Ask, None] = {}  # an ask that did not fit cannot fit later in this pass (in queue order)
@@ -290,7 +287,6 @@ class Replay:
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
-            self.busied[self.index[node.name]] += 1
             self._loaded(node, when)
             self.queue.remove(pod_id)
             self.queued_demand[self.wants[pod_id]] -= 1
@@ -407,7 +403,6 @@ class Replay:
         self._loaded(node, now)
         drain_only = (desired.mig_config, desired.device_plugin_config) == (node.mig_config, node.plugin)
         self.fleet.unavailable(node)
-        self.busied[index] += 1
         node.last_change = now
         self.pending_changes[index] = (desired.mig_config, desired.device_plugin_config)
         away = self.config.drain_s if drain_only else self.config.reconfigure_s
@@ -511,7 +506,7 @@ class Replay:
         twin = copy.copy(self)
         twin.fleet = self.fleet.fork()
         twin.queue, twin.events = list(self.queue), list(self.events)
-        for name in ("remaining", "waiting_since", "waited", "started_at", "epoch", "node_of", "busied"):
+        for name in ("remaining", "waiting_since", "waited", "started_at", "epoch", "node_of"):
             setattr(twin, name, getattr(self, name).copy())
         twin.queued_demand = Counter(self.queued_demand)
         twin.pending_changes = dict(self.pending_changes)

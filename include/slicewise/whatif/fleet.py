@@ -36,7 +36,8 @@ does in a cluster. With two grades or fewer, the sum orders the nodes as "fewer 
 A node the planner emptied for the cluster autoscaler is **released**: the autoscaler removes it, so no pod is
 placed there; when pods fit no other node, the autoscaler adds back the released nodes they need (each chosen
 by :meth:`ReplayFleet.to_add`; the replay charges the time it takes). A node the autoscaler found unneeded
-(``candidates``) carries its ``DeletionCandidateOfClusterAutoscaler`` soft taint until a pod lands there or it goes.
+(``unneeded_since``) carries its ``DeletionCandidateOfClusterAutoscaler`` soft taint until a pod lands there, a
+change takes it away or it goes.
 """
 
 from __future__ import annotations
@@ -211,9 +212,10 @@ class ReplayFleet:
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
         self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
-        # The autoscaler's soft taint on a node it found unneeded (DeletionCandidateOfClusterAutoscaler,
-        # PreferNoSchedule): one more untolerated taint, on top of the planner's.
-        self.candidates = np.zeros(len(nodes), dtype=bool)
+        # Since when the autoscaler has found the node unneeded (NaN: it has not): the node carries its soft taint
+        # (DeletionCandidateOfClusterAutoscaler, PreferNoSchedule), one more untolerated taint on top of the
+        # planner's, and is removed once unneeded for the autoscaler's unneeded time.
+        self.unneeded_since = np.full(len(nodes), np.nan)
         self.unbilled = np.zeros(len(nodes), dtype=bool)  # removed, and not (yet) being added back
         self.unbilled_gpus = 0
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
@@ -246,7 +248,7 @@ class ReplayFleet:
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
         twin.released, twin.taints = self.released.copy(), self.taints.copy()
-        twin.candidates, twin.unbilled = self.candidates.copy(), self.unbilled.copy()
+        twin.unneeded_since, twin.unbilled = self.unneeded_since.copy(), self.unbilled.copy()
         twin.owned = set()
         return twin
 
@@ -277,14 +279,14 @@ class ReplayFleet:
     def find(self, ask: Ask) -> tuple[SimNode, list[int]] | None:
         """The node and slots the scheduler model gives the request now, or None (it waits): the feasible node
         with the highest score, kube-scheduler's weighted sum of ``TaintToleration`` (weight 3, by the standby
-        ``taints`` and the autoscaler's ``candidates`` the pod does not tolerate), ``NodeAffinity`` (weight 2,
+        ``taints`` and the autoscaler's soft taint the pod does not tolerate), ``NodeAffinity`` (weight 2,
         with ``prefer_shared`` for a fractional pod on an MPS node) and ``NodeResourcesFit`` (weight 1, by the
         scheduler model), each normalised as kube-scheduler does over the nodes that fit; ties to name order."""
         if not self.could_fit(ask):
             return None
         allowed = self.up & self.eligible(ask.models)
         shared = self.prefer_shared and ask.fractional
-        if not shared and not (self.taints[allowed].any() or self.candidates[allowed].any()):
+        if not shared and not self.taints[allowed].any() and np.isnan(self.unneeded_since[allowed]).all():
             return self._placed(ask, allowed)  # the fit score alone orders the nodes
         feasible, slots = [], []
         for index in np.flatnonzero(allowed):
@@ -301,7 +303,7 @@ class ReplayFleet:
     def _scores(self, ask: Ask, at: np.ndarray, shared: bool) -> np.ndarray:
         """kube-scheduler's score of each node in ``at`` (the nodes that fit): the default plugin weights, each
         plugin's score normalised over those nodes (``DefaultNormalizeScore``: integer, 0-100)."""
-        taints = self.taints[at].astype(np.int64) + self.candidates[at]
+        taints = self.taints[at].astype(np.int64) + ~np.isnan(self.unneeded_since[at])
         most = int(taints.max())
         # TaintToleration: fewer untolerated PreferNoSchedule taints score higher (reversed); none: all 100.
         toleration = np.full(len(at), MAX_SCORE) if most == 0 else MAX_SCORE - MAX_SCORE * taints // most
@@ -337,7 +339,7 @@ class ReplayFleet:
         node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         node.place(pod, slots, demand)
-        self.candidates[self.position[node.name]] = False  # needed again
+        self.unneeded_since[self.position[node.name]] = np.nan  # needed again
         self.free.subtract(node.slots[i].share for i in slots)
         self._account(node, before, demand)
         self._whole_changed(whole, node.free_whole())
@@ -361,7 +363,7 @@ class ReplayFleet:
             self.nodes_by_free_whole[node.free_whole()] -= 1
             node.available = False
             self.up[self.position[node.name]] = False
-            self.candidates[self.position[node.name]] = False
+            self.unneeded_since[self.position[node.name]] = np.nan
             self.away_gpus += node.gpus
 
     def back(self, node: SimNode, mig_config: str, plugin: str) -> None:
@@ -384,7 +386,7 @@ class ReplayFleet:
         self.nodes_by_free_whole[node.free_whole()] -= 1
         self.up[position] = False
         self.released[position] = True
-        self.candidates[position] = False
+        self.unneeded_since[position] = np.nan
         self.unbilled[position] = True
         self.unbilled_gpus += node.gpus
 
