@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=off   # judge a planner setting
     .venv/bin/python benchmarks/backtest_samples.py --no-prefer-shared   # fractional pods ignore MPS nodes
     .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600   # an autoscaler for every node
+    .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600 --no-shared-node-group
 
 ``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
@@ -29,7 +30,8 @@ how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
 for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``--scale-down-unneeded-s``
 replays ``static`` and ``packing`` with a cluster autoscaler for every node, and a last column of the summary
-gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``). Figures and their reading:
+gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``); ``--no-shared-node-group``
+replays that autoscaler without a node group shared by MPS for fractional pods. Figures and their reading:
 docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
 message when they are absent). Asserts nothing.
 """
@@ -130,10 +132,13 @@ def run_one(
     planner: dict[str, object] | None = None,
     prefer_shared: bool = True,
     unneeded_s: float | None = None,
+    shared_group: bool = True,
 ) -> Figures:
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
-    config = dataclasses.replace(config, prefer_shared=prefer_shared, scale_down_unneeded_s=unneeded_s)
+    config = dataclasses.replace(
+        config, prefer_shared=prefer_shared, scale_down_unneeded_s=unneeded_s, shared_node_group=shared_group
+    )
     if planner:
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
@@ -361,6 +366,13 @@ def main() -> int:
         help="a cluster autoscaler for every node of static and packing: a node empty this long is removed "
         "(the backtest's --scale-down-unneeded-s; 600 is cluster-autoscaler's default)",
     )
+    parser.add_argument(
+        "--no-shared-node-group",
+        dest="shared_node_group",
+        action="store_false",
+        help="the autoscaler adds every node as its group started, whole GPUs (the backtest's "
+        "--no-shared-node-group)",
+    )
     args = parser.parse_args()
     try:
         planner = planner_overrides(args.planner)
@@ -394,6 +406,7 @@ def main() -> int:
                             planner if policy == "packing" else None,
                             args.prefer_shared,
                             args.scale_down_unneeded_s,
+                            args.shared_node_group,
                         )
         results = {key: future.result() for key, future in jobs.items()}
     tally = Tally()
@@ -406,6 +419,8 @@ def main() -> int:
         changed += "" if args.prefer_shared else "; fractional pods do not prefer MPS nodes"
         if args.scale_down_unneeded_s is not None:
             changed += f"; an autoscaler removes nodes empty for {args.scale_down_unneeded_s:.0f} s"
+        if not args.shared_node_group:
+            changed += "; no node group shared by MPS"
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )

@@ -17,7 +17,8 @@ Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, defaul
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
 bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
 `compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
-unneeded time, to replay it for every node; default none).
+unneeded time, to replay it for every node; default none), `shared_node_group` (with it: the cluster has a node
+group shared by MPS for fractional pods; default true).
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ from slicewise.errors import task_outcome
             description="Your cluster autoscaler's --scale-down-unneeded-time in seconds (its default: 600), to "
             "replay it for every node; empty: the fleet has none.",
         ),
+        "shared_node_group": Param(
+            True,
+            type="boolean",
+            description="With the autoscaler: your cluster has a node group shared by MPS that it adds nodes "
+            "from for fractional pods (docs/planner.md).",
+        ),
     },
     doc_md=__doc__,
 )
@@ -111,6 +118,7 @@ def gpu_whatif_review() -> None:
             params["compare_standby"],
             params["compare_whole_gpu_demand"],
             params.get("scale_down_unneeded_s"),
+            params.get("shared_node_group", True),
         )
         for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)

@@ -279,3 +279,25 @@ def test_given_a_split_config_when_rendered_then_mig_devices_on_the_first_gpus_a
         assert list(mig["mig-devices"].values()) == [7]
         assert (whole["devices"], whole["mig-enabled"]) == ([4, 5, 6, 7], False)
         assert "mig-devices" not in whole
+
+
+def test_given_the_priority_expander_when_read_then_mps_groups_rank_first(catalog: Catalog) -> None:
+    # cluster-autoscaler's priority expander (expander/priority/readme.md): a ConfigMap of that fixed name, key
+    # `priorities`, priority (higher wins) -> regular expressions found anywhere in a node group's name (Go's
+    # MatchString).
+    from slicewise.planning.reserve import RESERVE_REPLICAS
+
+    text = (K8S_DIR / "autoscaler-priority-expander.yaml").read_text()
+    manifest = yaml.safe_load(text)
+    assert manifest["kind"] == "ConfigMap"
+    assert manifest["metadata"]["name"] == "cluster-autoscaler-priority-expander"
+    priorities: dict[int, list[str]] = yaml.safe_load(manifest["data"]["priorities"])
+
+    def priority(group: str) -> int:
+        return max(p for p, patterns in priorities.items() if any(re.search(r, group) for r in patterns))
+
+    assert priority("prod-gpu-mps-a100") > priority("prod-gpu-a100") == priority("prod-cpu")
+    # The shared group's device-plugin config, as the manifest's header names it, is the one the backtest's
+    # autoscaler gives a node of that group (the shared reserve's tenants per GPU).
+    config = catalog.device_plugin_config_for(RESERVE_REPLICAS)
+    assert f"nvidia.com/device-plugin.config={config}" in text

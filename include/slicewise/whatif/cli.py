@@ -169,6 +169,14 @@ def register(subparsers: Any) -> None:
         "when pods need it (default: none; only nodes a consolidation releases leave service)",
     )
     parser.add_argument(
+        "--shared-node-group",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with an autoscaler, a node it adds for a fractional pod of at most half a GPU comes from a node group "
+        "shared by MPS (2 tenants per GPU; policies that share GPUs only; default on; --no-shared-node-group: every "
+        "node comes back as its group started, whole GPUs)",
+    )
+    parser.add_argument(
         "--drain-cap-days",
         type=float,
         default=30.0,
@@ -289,6 +297,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         drain_cap_s=args.drain_cap_days * 86_400,
         scale_up_s=args.scale_up_s,
         scale_down_unneeded_s=args.scale_down_unneeded_s,
+        shared_node_group=args.shared_node_group,
         planner=dataclasses.replace(
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,

@@ -15,7 +15,8 @@ binpacking estimator). With ``scale_down_unneeded_s`` the autoscaler does the sa
 that stays empty (no pod, not being changed) that long, a consolidated one included (then no longer removed at
 once): it soft-taints it meanwhile (the scheduler model then prefers other nodes with room) and removes it, to be
 added back as above. A node added back is a new machine of its node group: in the configuration the replay started
-it in, with no last change. The planner's own guard rails apply
+it in, with no last change; or, with ``shared_node_group``, for a fractional pod that fits an MPS tenant under a
+policy that shares GPUs, a machine of the group shared by MPS. The planner's own guard rails apply
 as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
 the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
@@ -50,11 +51,12 @@ from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
+from slicewise.planning.reserve import RESERVE_REPLICAS
 from slicewise.planning.types import DesiredState, NodeObservation
 from slicewise.whatif.fleet import FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
-from slicewise.whatif.policies import FUTURE, NOW, Policy, initial_configs, whole_gpu_share
+from slicewise.whatif.policies import FUTURE, MIG_OFF, NOW, Policy, initial_configs, whole_gpu_share
 from slicewise.whatif.trace import TraceNode, TracePod
 
 HOUR_S = 3600.0
@@ -83,6 +85,9 @@ class BacktestConfig:
     # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
     # removed (soft-tainted meanwhile) and added back as a released one; None: only consolidations release nodes
     scale_down_unneeded_s: float | None = None
+    # a node the autoscaler adds for a fractional pod that fits an MPS tenant comes from a second node group of the
+    # same machines, shared by MPS (the reserve's tenants per GPU); only for policies that share GPUs
+    shared_node_group: bool = True
     step_s: int = 300  # load samples for the forecaster's baselines
     # As production: act on the baseline forecast; nodes without MIG are left alone unless asked.
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
@@ -334,6 +339,7 @@ class Replay:
                 if index is None:
                     homeless.add(ask)  # it waits for room in service
                     continue
+                self._pick_group(ask, index)
                 self.adding.add(index)
                 self.fleet.booting(index)
                 self.meter.node_added()
@@ -344,6 +350,25 @@ class Replay:
                     raise RuntimeError(f"{node.name}: added for a pod it cannot host")
                 home = (node, slots)
             home[0].place(pod_id, home[1], self.demand_of[pod_id])
+
+    def _pick_group(self, ask: Ask, index: int) -> None:
+        """Which node group the autoscaler adds the released node from: with ``shared_node_group``, for a
+        fractional pod that fits an MPS tenant, the group whose nodes come up shared by MPS (``RESERVE_REPLICAS``
+        tenants per GPU; cluster-autoscaler's ``priority`` expander ranks it first, and whole-GPU pods, which
+        require unshared GPUs, fit only the other group). A pod that took a whole GPU of a new node for its
+        fraction strands the rest of that GPU for its whole run (docs/backtest.md, "A node group shared by
+        MPS"). Policies that never share GPUs have no such group."""
+        node = self.fleet.nodes[index]
+        if (
+            self.config.shared_node_group
+            and self.policy.planner is not None
+            and ask.gpus == 1
+            and ask.share <= 1 / RESERVE_REPLICAS
+            and node.mig_config == MIG_OFF
+            and node.replicas == 1
+            and node.model.mps_max_replicas >= RESERVE_REPLICAS
+        ):
+            self.fleet.renew(node, MIG_OFF, self.catalog.device_plugin_config_for(RESERVE_REPLICAS))
 
     def _enqueue(self, pod_id: int) -> None:
         bisect.insort(self.queue, pod_id)

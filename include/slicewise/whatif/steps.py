@@ -104,6 +104,7 @@ def run_review(
     compare_standby: bool = True,
     compare_whole_gpu_demand: bool = True,
     scale_down_unneeded_s: float | None = None,
+    shared_node_group: bool = True,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -111,7 +112,8 @@ def run_review(
     ``compare_standby``: replay ``packing`` once more with ``planner_standby`` the other way round, in the
     cluster's consolidation mode (when that mode is among ``modes``); ``compare_whole_gpu_demand``: the same with
     the other ``planner_whole_gpu_demand``; ``scale_down_unneeded_s``: the cluster autoscaler's unneeded time, to
-    replay it for every node of every policy (None: a fleet without one)."""
+    replay it for every node of every policy (None: a fleet without one); ``shared_node_group``: whether
+    the autoscaler adds nodes for fractional pods from a node group shared by MPS (BacktestConfig)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -158,6 +160,7 @@ def run_review(
         prefer_shared=prefer_shared,
         eviction_cost_s=planner.eviction_cost_s,
         scale_down_unneeded_s=scale_down_unneeded_s,
+        shared_node_group=shared_node_group,
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)

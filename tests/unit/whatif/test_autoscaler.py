@@ -11,7 +11,7 @@ from slicewise.catalog import load_catalog
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.metrics import PolicyResult
 from slicewise.whatif.policies import POLICIES
-from slicewise.whatif.trace import TraceNode, TracePod
+from slicewise.whatif.trace import FRACTIONAL, TraceNode, TracePod
 
 CATALOG = load_catalog()
 AUTOSCALED = BacktestConfig(eviction_cost_s=0.0, scale_up_s=200.0, scale_down_unneeded_s=600.0)
@@ -115,3 +115,34 @@ def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> 
     result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
     assert (result.nodes_removed, result.nodes_added) == (3, 1)  # n2 at 7900 and 13,300; n1 at 24,000
     assert result.wait_mean_s == pytest.approx(200 / 2)
+
+
+@pytest.mark.parametrize(
+    ("policy", "shared_group", "share", "mean_wait_s"),
+    [
+        ("packing", True, 0.25, (200 + 100) / 2),  # n2 comes up shared by MPS: both tenants start at 1200
+        ("packing", False, 0.25, (200 + 1100) / 2),  # n2 comes up whole: f2 waits for f1 to end at 2200
+        ("static", True, 0.25, (200 + 1100) / 2),  # a policy that never shares GPUs has no shared group
+        ("packing", True, 0.6, (200 + 1100) / 2),  # a pod over half a GPU fits no tenant: the whole-GPU group
+    ],
+)
+def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by_mps(
+    policy: str, shared_group: bool, share: float, mean_wait_s: float
+) -> None:
+    # p holds n1's GPU until 2900 s; n2 is empty from 0 and removed at 600. f1 arrives at 1000 and fits no node in
+    # service: the autoscaler asks for a node (back 200 s later, at 1200). f2 arrives at 1100 while it boots: the
+    # autoscaler's estimator puts it on the node being added if a tenant is left there, else it waits (no other
+    # released node). The plan at 3600 s comes after everything (p, f1, f2 end by 2900).
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = dataclasses.replace(AUTOSCALED, planner=planner, shared_node_group=shared_group)
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4")]
+    pods = (
+        pod("p", 0, 2900),
+        TracePod("f1", 1000, 1000, 1, share, "LS", ()),
+        TracePod("f2", 1100, 1000, 1, share, "LS", ()),
+    )
+    result = Replay(POLICIES[policy], pods, nodes, CATALOG, config, (0.0, 3000.0)).run()
+    assert result.nodes_added == 1
+    assert result.wait_by_class[FRACTIONAL].mean_s == pytest.approx(mean_wait_s)

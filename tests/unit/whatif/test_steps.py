@@ -162,10 +162,17 @@ def test_an_autoscaler_for_every_node_is_replayed_when_the_cluster_runs_one(
     until = DAY + timedelta(hours=4)
     fixed = run_review(settings, DAY, until, "spread", ("whole-gpus",), compare_standby=False)
     scaled = run_review(
-        settings, DAY, until, "spread", ("whole-gpus",), compare_standby=False, scale_down_unneeded_s=0.0
+        settings,
+        DAY,
+        until,
+        "spread",
+        ("whole-gpus",),
+        compare_standby=False,
+        scale_down_unneeded_s=0.0,
+        shared_node_group=False,
     )
     written = json.loads((review_folder(root, DAY, until) / "summary.json").read_text())
-    assert written["model"]["scale_down_unneeded_s"] == 0.0
+    assert (written["model"]["scale_down_unneeded_s"], written["model"]["shared_node_group"]) == (0.0, False)
     # Nodes the simulated fleet leaves idle leave service at once: the cluster pays for fewer GPU-hours.
     assert (
         scaled["policies"]["static"]["service_gpu_hours"] < fixed["policies"]["static"]["service_gpu_hours"]

@@ -153,6 +153,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     before, after = fixed["policies"]["static"], scaled["policies"]["static"]
     assert before["nodes_removed"] == 0 and after["nodes_removed"] >= 1
     assert after["service_gpu_hours"] < before["service_gpu_hours"]
+    assert scaled["model"]["shared_node_group"] is True  # the default: a node group shared by MPS
+    assert main([*args, "--scale-down-unneeded-s", "600", "--no-shared-node-group"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["shared_node_group"] is False
 
 
 def test_a_node_offset_replays_another_sample_and_says_which(
