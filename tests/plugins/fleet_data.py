@@ -270,7 +270,7 @@ REVIEW: dict[str, Any] = {
     "window": {"since": "2026-11-16T00:00:00+00:00", "until": "2026-11-23T00:00:00+00:00"},
     "hours": {"read": 166, "missing_or_quarantined": 2},
     "trace": {"pods": 812, "nodes": 6},
-    "model": {"scheduler": "spread"},
+    "model": {"scheduler": "spread", "scale_down_unneeded_s": 600.0, "shared_node_group": True},
     "consolidation_choice": [
         "packing: least wait with planner_consolidation=whole-gpus (41 s), fewest node-GPU-hours with nodes (3,310)"
     ],
@@ -304,6 +304,7 @@ REVIEW: dict[str, Any] = {
             "wait_cut_vs_static": 0.9156,
             "node_gpu_hours": 3310.0,
             "node_gpu_hours_cut_vs_static": 0.1791,
+            "service_gpu_hours": 3402.4,
             "pods_evicted": 40,
             "still_waiting": 0,
         },

@@ -318,3 +318,20 @@ def test_the_lazy_app_is_built_once_on_the_first_request() -> None:
     asyncio.run(lazy({"path": "/b"}, receive, send))
     assert BUILT == [1]
     assert sent == [{"type": "seen", "path": "/a"}, {"type": "seen", "path": "/b"}]
+
+
+@pytest.mark.parametrize(
+    ("model", "text"),
+    [
+        ({"scheduler": "spread"}, "none modelled"),
+        ({"scale_down_unneeded_s": None}, "none modelled"),
+        (
+            {"scale_down_unneeded_s": 1800, "shared_node_group": False},
+            "removes nodes empty for 1,800 s; without",
+        ),
+        ({"scale_down_unneeded_s": 600.0}, "removes nodes empty for 600 s; with a node group shared by MPS"),
+    ],
+)
+def test_the_review_says_which_cluster_autoscaler_it_replayed(model: dict[str, Any], text: str) -> None:
+    view = views.review_view({**fleet_data.REVIEW, "model": model})
+    assert dict(view.facts)["cluster autoscaler"].startswith(text)

@@ -202,7 +202,16 @@ def measurements_table(measurements: Sequence[MeasurementRecord]) -> Table:
 
 # -- the what-if review -----------------------------------------------------------------------------------------
 
-REVIEW_COLUMNS = ("policy", "mean wait s", "vs static", "node-GPU-h", "vs static", "evicted", "never served")
+REVIEW_COLUMNS = (
+    "policy",
+    "mean wait s",
+    "vs static",
+    "node-GPU-h",
+    "vs static",
+    "paid GPU-h",
+    "evicted",
+    "never served",
+)
 
 
 @dataclass(frozen=True)
@@ -231,6 +240,7 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
         ),
         ("pods, nodes", f"{number(trace.get('pods'))}, {number(trace.get('nodes'))}"),
         ("scheduler model", str(model.get("scheduler", "-"))),
+        ("cluster autoscaler", _autoscaler(model)),
     )
     choice = tuple(reviews.choice_lines(summary))
 
@@ -247,10 +257,20 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
             cut(figures, "wait_cut"),
             number(figures.get("node_gpu_hours"), 0),
             cut(figures, "node_gpu_hours_cut"),
+            number(figures.get("service_gpu_hours"), 0),
             number(figures.get("pods_evicted")),
             number(figures.get("still_waiting")),
         )
         for name, figures in part("policies").items()
         if isinstance(figures, Mapping)
     )
-    return ReviewView(facts, choice, Table(REVIEW_COLUMNS, rows, numeric=frozenset({1, 2, 3, 4, 5, 6})))
+    return ReviewView(facts, choice, Table(REVIEW_COLUMNS, rows, numeric=frozenset(range(1, 8))))
+
+
+def _autoscaler(model: Mapping[str, Any]) -> str:
+    """How the review replayed the cluster autoscaler (Params ``scale_down_unneeded_s``, ``shared_node_group``)."""
+    unneeded = model.get("scale_down_unneeded_s")
+    if not isinstance(unneeded, int | float) or not is_number(unneeded):
+        return "none modelled (only nodes a consolidation releases leave service)"
+    group = "with" if model.get("shared_node_group", True) else "without"
+    return f"removes nodes empty for {unneeded:,.0f} s; {group} a node group shared by MPS"

@@ -62,7 +62,10 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     # What the "What-if" page reads (tests/plugins/fleet_data.REVIEW is shaped the same).
     assert {"window", "hours", "trace", "model", "consolidation_choice", "standby_choice"} <= set(written)
     page_fields = {"wait_mean_s", "wait_cut_vs_static", "node_gpu_hours", "node_gpu_hours_cut_vs_static"}
-    assert page_fields | {"pods_evicted", "still_waiting"} <= set(written["policies"]["packing/nodes"])
+    assert page_fields | {"service_gpu_hours", "pods_evicted", "still_waiting"} <= set(
+        written["policies"]["packing/nodes"]
+    )
+    assert {"scale_down_unneeded_s", "shared_node_group"} <= set(written["model"])
 
 
 def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_out(
