@@ -17,8 +17,8 @@ Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, defaul
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
 bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
 `compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
-unneeded time, to replay it for every node; default none), `shared_node_group` (with it: the cluster has a node
-group shared by MPS for fractional pods; default true).
+unneeded time, to replay it for every node; default none), `shared_node_group` (the cluster has a node group
+shared by MPS that the autoscaler adds nodes from for fractional pods; default true).
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ from slicewise.errors import task_outcome
         "shared_node_group": Param(
             True,
             type="boolean",
-            description="With the autoscaler: your cluster has a node group shared by MPS that it adds nodes "
-            "from for fractional pods (docs/planner.md).",
+            description="Your cluster has a node group shared by MPS that the autoscaler adds nodes from for "
+            "fractional pods (docs/planner.md, 'A node group shared by MPS').",
         ),
     },
     doc_md=__doc__,
