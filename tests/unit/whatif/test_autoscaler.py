@@ -132,7 +132,7 @@ def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by
     # p holds n1's GPU until 2900 s; n2 is empty from 0 and removed at 600. f1 arrives at 1000 and fits no node in
     # service: the autoscaler asks for a node (back 200 s later, at 1200). f2 arrives at 1100 while it boots: the
     # autoscaler's estimator puts it on the node being added if a tenant is left there, else it waits (no other
-    # released node). The plan at 3600 s comes after everything (p, f1, f2 end by 2900).
+    # released node). Everything ends by 3200 s, before the first plan (3600 s).
     from slicewise.planning.config import PlannerConfig
 
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
