@@ -132,12 +132,15 @@ def run_one(
     planner: dict[str, object] | None = None,
     prefer_shared: bool = True,
     unneeded_s: float | None = None,
-    shared_group: bool = True,
+    shared_node_group: bool = True,
 ) -> Figures:
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
     config = dataclasses.replace(
-        config, prefer_shared=prefer_shared, scale_down_unneeded_s=unneeded_s, shared_node_group=shared_group
+        config,
+        prefer_shared=prefer_shared,
+        scale_down_unneeded_s=unneeded_s,
+        shared_node_group=shared_node_group,
     )
     if planner:
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
