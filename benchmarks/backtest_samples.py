@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 
@@ -131,17 +132,13 @@ def run_one(
     policy: str,
     planner: dict[str, object] | None = None,
     prefer_shared: bool = True,
-    unneeded_s: float | None = None,
-    shared_node_group: bool = True,
+    autoscaler: Mapping[str, Any] | None = None,
 ) -> Figures:
+    """``autoscaler``: the replay's autoscaler settings (``BacktestConfig`` fields ``scale_down_*`` and
+    ``shared_node_group``)."""
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
-    config = dataclasses.replace(
-        config,
-        prefer_shared=prefer_shared,
-        scale_down_unneeded_s=unneeded_s,
-        shared_node_group=shared_node_group,
-    )
+    config = dataclasses.replace(config, prefer_shared=prefer_shared, **(autoscaler or {}))
     if planner:
         config = dataclasses.replace(config, planner=dataclasses.replace(config.planner, **planner))  # type: ignore[arg-type]
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
@@ -370,6 +367,19 @@ def main() -> int:
         "(the backtest's --scale-down-unneeded-s; 600 is cluster-autoscaler's default)",
     )
     parser.add_argument(
+        "--scale-down-utilization-threshold",
+        type=float,
+        default=0.5,
+        help="with --scale-down-unneeded-s: nodes in use under this GPU utilisation whose pods fit elsewhere are "
+        "drained too (the backtest's flag; 0.5, cluster-autoscaler's default; 0: empty nodes only)",
+    )
+    parser.add_argument(
+        "--scale-down-delay-after-add-s",
+        type=float,
+        default=600.0,
+        help="with --scale-down-unneeded-s: no node is removed this long after a scale-up (the backtest's flag; 600)",
+    )
+    parser.add_argument(
         "--no-shared-node-group",
         dest="shared_node_group",
         action="store_false",
@@ -385,6 +395,12 @@ def main() -> int:
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
         return 0
     began = time.perf_counter()
+    autoscaler = {
+        "scale_down_unneeded_s": args.scale_down_unneeded_s,
+        "scale_down_utilization_threshold": args.scale_down_utilization_threshold,
+        "scale_down_delay_after_add_s": args.scale_down_delay_after_add_s,
+        "shared_node_group": args.shared_node_group,
+    }
     variants = args.only or list(SAMPLES)
     jobs: dict[tuple[str, int, str, str], Future[Figures]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
@@ -408,8 +424,7 @@ def main() -> int:
                             policy,
                             planner if policy == "packing" else None,
                             args.prefer_shared,
-                            args.scale_down_unneeded_s,
-                            args.shared_node_group,
+                            autoscaler,
                         )
         results = {key: future.result() for key, future in jobs.items()}
     tally = Tally()
@@ -422,6 +437,9 @@ def main() -> int:
         changed += "" if args.prefer_shared else "; fractional pods do not prefer MPS nodes"
         if args.scale_down_unneeded_s is not None:
             changed += f"; an autoscaler removes nodes empty for {args.scale_down_unneeded_s:.0f} s"
+            if args.scale_down_utilization_threshold > 0:
+                changed += f" or under {args.scale_down_utilization_threshold:.0%} GPU utilisation"
+            changed += f", none within {args.scale_down_delay_after_add_s:.0f} s of a scale-up"
         if not args.shared_node_group:
             changed += "; no node group shared by MPS"
         print(

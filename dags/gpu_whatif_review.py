@@ -17,8 +17,10 @@ Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, defaul
 `scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
 bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
 `compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
-unneeded time, to replay it for every node; default none), `shared_node_group` (the cluster has a node group
-shared by MPS that the autoscaler adds nodes from for fractional pods; default true).
+unneeded time, to replay it for every node; default none), `scale_down_utilization_threshold` (its threshold
+under which a node in use whose pods fit elsewhere is drained too; default 0.5, 0: empty nodes only),
+`shared_node_group` (the cluster has a node group shared by MPS that the autoscaler adds nodes from for fractional
+pods; default true).
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ from slicewise.errors import task_outcome
             description="Your cluster autoscaler's --scale-down-unneeded-time in seconds (its default: 600), to "
             "replay it for every node; empty: the fleet has none.",
         ),
+        "scale_down_utilization_threshold": Param(
+            0.5,
+            type="number",
+            minimum=0,
+            maximum=1,
+            description="Your cluster autoscaler's --scale-down-utilization-threshold (its default: 0.5); 0: it "
+            "removes empty nodes only.",
+        ),
         "shared_node_group": Param(
             True,
             type="boolean",
@@ -119,6 +129,7 @@ def gpu_whatif_review() -> None:
             params["compare_whole_gpu_demand"],
             params.get("scale_down_unneeded_s"),
             params.get("shared_node_group", True),
+            params.get("scale_down_utilization_threshold", 0.5),
         )
         for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)

@@ -45,13 +45,28 @@ def run_dag(**conf: Any) -> dict[str, str]:
 
 
 def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectStoragePath) -> None:
-    states = run_dag(days=1, until="2026-11-24T12", scheduler="binpack", consolidation="off,nodes")
+    states = run_dag(
+        days=1,
+        until="2026-11-24T12",
+        scheduler="binpack",
+        consolidation="off,nodes",
+        scale_down_unneeded_s=600,
+        scale_down_utilization_threshold=0.25,
+    )
     assert states == {"replay_history": "success", "__run__": "success"}
     folder = root / "whatif" / "2026-11-23T12_2026-11-24T12"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["hours"] == {"read": 3, "missing_or_quarantined": 21, "unreadable": 0}
     assert list(summary["policies"]) == ["static", "packing/off", "packing/nodes", "ideal"]
     assert summary["model"]["scheduler"] == "binpack"
+    # The autoscaler Params reach the replay.
+    assert (
+        summary["model"]["scale_down_unneeded_s"],
+        summary["model"]["scale_down_utilization_threshold"],
+    ) == (
+        600,
+        0.25,
+    )
     assert summary["consolidation_choice"][0].startswith("packing: least wait with planner_consolidation=")
     assert (folder / "report.html").read_text().startswith("<!doctype html>")
 

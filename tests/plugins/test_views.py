@@ -329,7 +329,20 @@ def test_the_lazy_app_is_built_once_on_the_first_request() -> None:
             {"scale_down_unneeded_s": 1800, "shared_node_group": False},
             "removes nodes empty for 1,800 s; without",
         ),
-        ({"scale_down_unneeded_s": 600.0}, "removes nodes empty for 600 s; with a node group shared by MPS"),
+        (
+            {
+                "scale_down_unneeded_s": 600.0,
+                "scale_down_utilization_threshold": 0.5,
+                "shared_node_group": True,
+            },
+            "removes nodes empty and nodes under 50% GPU utilisation whose pods fit elsewhere for 600 s; with a node "
+            "group shared by MPS",
+        ),
+        # A review from before the utilisation threshold and the shared group: empty nodes only, no group.
+        (
+            {"scale_down_unneeded_s": 600.0},
+            "removes nodes empty for 600 s; without a node group shared by MPS",
+        ),
     ],
 )
 def test_the_review_says_which_cluster_autoscaler_it_replayed(model: dict[str, Any], text: str) -> None:

@@ -268,9 +268,17 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
 
 
 def _autoscaler(model: Mapping[str, Any]) -> str:
-    """How the review replayed the cluster autoscaler (Params ``scale_down_unneeded_s``, ``shared_node_group``)."""
+    """How the review replayed the cluster autoscaler (Params ``scale_down_unneeded_s``,
+    ``scale_down_utilization_threshold``, ``shared_node_group``). A review written before a setting existed did
+    without it: its summary lacks the key."""
     unneeded = model.get("scale_down_unneeded_s")
     if not isinstance(unneeded, int | float) or not is_number(unneeded):
         return "none modelled (only nodes a consolidation releases leave service)"
-    group = "with" if model.get("shared_node_group", True) else "without"
-    return f"removes nodes empty for {unneeded:,.0f} s; {group} a node group shared by MPS"
+    threshold = model.get("scale_down_utilization_threshold")
+    under = (
+        f" and nodes under {threshold:.0%} GPU utilisation whose pods fit elsewhere"
+        if isinstance(threshold, int | float) and is_number(threshold) and threshold > 0
+        else ""
+    )
+    group = "with" if model.get("shared_node_group") is True else "without"
+    return f"removes nodes empty{under} for {unneeded:,.0f} s; {group} a node group shared by MPS"

@@ -169,6 +169,21 @@ def register(subparsers: Any) -> None:
         "when pods need it (default: none; only nodes a consolidation releases leave service)",
     )
     parser.add_argument(
+        "--scale-down-utilization-threshold",
+        type=float,
+        default=0.5,
+        help="with --scale-down-unneeded-s: a node whose GPU utilisation (nvidia.com/gpu requested / allocatable) "
+        "is under this and whose pods all fit the other nodes is unneeded too, and is drained and removed "
+        "(cluster-autoscaler's flag of that name; default 0.5, its default; 0: only empty nodes are removed)",
+    )
+    parser.add_argument(
+        "--scale-down-delay-after-add-s",
+        type=float,
+        default=600.0,
+        help="with --scale-down-unneeded-s: the autoscaler removes no node this long after it added one "
+        "(cluster-autoscaler's --scale-down-delay-after-add; default 600, its default)",
+    )
+    parser.add_argument(
         "--shared-node-group",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -274,6 +289,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
     if args.scale_down_unneeded_s is not None and args.scale_down_unneeded_s < 0:
         raise ValueError("--scale-down-unneeded-s must be >= 0")
+    if args.scale_down_delay_after_add_s < 0:
+        raise ValueError("--scale-down-delay-after-add-s must be >= 0")
+    if not 0 <= args.scale_down_utilization_threshold <= 1:
+        raise ValueError("--scale-down-utilization-threshold must be in [0, 1]")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
@@ -297,6 +316,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         drain_cap_s=args.drain_cap_days * 86_400,
         scale_up_s=args.scale_up_s,
         scale_down_unneeded_s=args.scale_down_unneeded_s,
+        scale_down_utilization_threshold=args.scale_down_utilization_threshold,
+        scale_down_delay_after_add_s=args.scale_down_delay_after_add_s,
         shared_node_group=args.shared_node_group,
         planner=dataclasses.replace(
             base.planner,

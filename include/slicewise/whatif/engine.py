@@ -14,11 +14,14 @@ empty, after ``scale_up_s``, as many released nodes as they need, in one scale-u
 binpacking estimator). With ``scale_down_unneeded_s`` the autoscaler does the same to every node of every policy
 that stays empty (no pod, not being changed) that long, a consolidated one included (then no longer removed at
 once): it soft-taints it meanwhile (the scheduler model then prefers other nodes with room) and removes it, to be
-added back as above. A node added back is a new machine of its node group: in the configuration the replay started
-it in, with no last change; or, with ``shared_node_group``, for a fractional pod that fits an MPS tenant under a
-policy that shares GPUs, a machine of the group shared by MPS. The planner's own guard rails apply
-as in production: hysteresis, dwell time (from the ``slicewise.io/last-change`` annotation the backtest sets) and
-the hourly change budget.
+added back as above. Below ``scale_down_utilization_threshold`` of GPU utilisation a node in use is unneeded too
+while the autoscaler's simulation fits its pods elsewhere (checked at every step); it is drained, its pods
+evicted, and removed the same way (the oracle's look-ahead leaves these drains out). No node is removed within
+``scale_down_delay_after_add_s`` of the autoscaler's last scale-up. A node added back is a new machine of its
+node group: in the configuration the replay started it in, with no last change; or, with ``shared_node_group``,
+for a fractional pod that fits an MPS tenant under a policy that shares GPUs, a machine of the group shared by
+MPS. The planner's own guard rails apply as in production: hysteresis, dwell time (from the
+``slicewise.io/last-change`` annotation the backtest sets) and the hourly change budget.
 After the window the replay goes on, without arrivals, until every pod has been served (at most
 ``drain_cap_s``).
 
@@ -53,7 +56,7 @@ from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.reserve import RESERVE_REPLICAS
 from slicewise.planning.types import DesiredState, NodeObservation
-from slicewise.whatif.fleet import FIRST_FIT, Ask, ReplayFleet, SimNode
+from slicewise.whatif.fleet import EPS, FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import FUTURE, MIG_OFF, NOW, Policy, initial_configs, whole_gpu_share
@@ -85,6 +88,13 @@ class BacktestConfig:
     # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
     # removed (soft-tainted meanwhile) and added back as a released one; None: only consolidations release nodes
     scale_down_unneeded_s: float | None = None
+    # with scale_down_unneeded_s: cluster-autoscaler's --scale-down-utilization-threshold (0.5 is its default): a
+    # node whose GPU utilisation is under it and whose pods all fit elsewhere is unneeded too, and is drained
+    # (its pods evicted) and removed once unneeded that long; 0: only empty nodes are removed
+    scale_down_utilization_threshold: float = 0.5
+    # with scale_down_unneeded_s: cluster-autoscaler's --scale-down-delay-after-add (600 s, its default): no node
+    # is removed this long after the autoscaler last added one (nodes stay unneeded meanwhile)
+    scale_down_delay_after_add_s: float = 600.0
     # a node the autoscaler adds for a fractional pod that fits an MPS tenant comes from a second node group of the
     # same machines, shared by MPS (the reserve's tenants per GPU); only for policies that share GPUs
     shared_node_group: bool = True
@@ -149,6 +159,8 @@ class Replay:
             config.scheduler,
             config.prefer_shared,
         )
+        if config.scale_down_unneeded_s is not None:
+            self.fleet.underused_below = config.scale_down_utilization_threshold
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
         self.group_configs = list(configs)  # what a node the autoscaler adds back comes with
         count = len(pods)
@@ -167,6 +179,7 @@ class Replay:
         self.releasing: set[int] = set()  # nodes being drained that the autoscaler removes once empty
         self.adding: set[int] = set()  # released nodes the autoscaler is adding back
         self.last_event = -math.inf
+        self.last_scale_up = -math.inf  # when the autoscaler last added a node
         self.last_plan_changed = True
         self.last_change_any = -math.inf
         self.demand_of = [p.gpus * p.share for p in pods]
@@ -194,6 +207,7 @@ class Replay:
             tick = min(self.start + step * self.config.step_s, horizon)
             while self.events and self.events[0][0] < tick:
                 self._handle(*heapq.heappop(self.events))
+            self._scale_down_underused(tick)
             if tick >= horizon or (tick >= self.end and not self.queue and not self.running):
                 stop = tick if tick >= horizon else max(self.end, self.last_event)
                 break
@@ -232,10 +246,17 @@ class Replay:
             self._try(list(self.queue), when)
             self._maybe_unneeded(node, when)
         elif kind == UNNEEDED:
-            # A stale check (a pod landed or a change came since: unneeded_since is NaN or later) does nothing.
-            if self.fleet.unneeded_since[subject] + self.config.scale_down_unneeded_s <= when:
-                self._remove(self.fleet.nodes[subject])
-                self.meter.node_removed()
+            # A stale check (a pod landed or a change came since: unneeded_since is NaN or later) does nothing; an
+            # under-used node with pods is drained by the periodic check (_scale_down_underused).
+            if (
+                self.fleet.unneeded_since[subject] + self.config.scale_down_unneeded_s <= when
+                and not self.fleet.nodes[subject].pods
+            ):
+                if when < self._scale_down_resumes():
+                    heapq.heappush(self.events, (self._scale_down_resumes(), UNNEEDED, subject, 0))
+                else:
+                    self._remove(self.fleet.nodes[subject])
+                    self.meter.node_removed()
         elif subject in self.adding:  # BACK: the autoscaler added a released node back
             self.adding.discard(subject)
             self.fleet.restore(self.fleet.nodes[subject])
@@ -257,6 +278,10 @@ class Replay:
         self.fleet.release(node)
         self.fleet.renew(node, *self.group_configs[self.index[node.name]])
 
+    def _scale_down_resumes(self) -> float:
+        """When the autoscaler may remove nodes again after its last scale-up (``--scale-down-delay-after-add``)."""
+        return self.last_scale_up + self.config.scale_down_delay_after_add_s
+
     def _idle(self, node: SimNode) -> bool:
         """Empty, taking pods, and neither removed nor about to change."""
         index = self.index[node.name]
@@ -275,10 +300,101 @@ class Replay:
         if unneeded_s is None or not self._idle(node):
             return
         index = self.index[node.name]
-        if not np.isnan(self.fleet.unneeded_since[index]):
-            return  # already counting since it became idle
-        self.fleet.unneeded_since[index] = when
-        heapq.heappush(self.events, (when + unneeded_s, UNNEEDED, index, 0))
+        if np.isnan(self.fleet.unneeded_since[index]):
+            self.fleet.unneeded_since[index] = when
+        # Already counting (under-used before its last pod left) keeps its time.
+        heapq.heappush(
+            self.events, (max(when, self.fleet.unneeded_since[index] + unneeded_s), UNNEEDED, index, 0)
+        )
+
+    def _scale_down_underused(self, now: float) -> None:
+        """cluster-autoscaler's scale-down of nodes in use (with ``scale_down_unneeded_s`` and a
+        ``scale_down_utilization_threshold`` above 0), checked at every step: a node with pods whose GPU
+        utilisation (:meth:`SimNode.gpu_utilisation`) is under the threshold and whose pods would all fit the
+        other nodes in service (:meth:`_movable`) is unneeded, and soft-tainted as an empty one is; once unneeded
+        for the unneeded time it is drained, its pods evicted (they requeue as a planner's evictions do), and
+        removed. One node per step: the autoscaler drains one node at a time (``--max-drain-parallelism``, 1). As
+        for empty nodes, none is removed within ``scale_down_delay_after_add_s`` of a scale-up."""
+        unneeded_s, threshold = (
+            self.config.scale_down_unneeded_s,
+            self.config.scale_down_utilization_threshold,
+        )
+        if unneeded_s is None or threshold <= 0:
+            return
+        since = self.fleet.unneeded_since
+        # Less the nodes this check finds unneeded, whose pods' places it takes in ``room``.
+        destinations = self._destinations()
+        room: dict[int, Counter[tuple[str, float]]] = {}
+        drain = None
+        for index, node in enumerate(self.fleet.nodes):
+            if (
+                not node.pods
+                or not node.available
+                or self.fleet.released[index]
+                or index in self.pending_changes
+            ):
+                continue
+            if node.gpu_utilisation() >= threshold or not self._movable(node, index, destinations, room):
+                since[index] = np.nan
+                continue
+            destinations[index] = False
+            if np.isnan(since[index]):
+                since[index] = now
+            elif drain is None and since[index] + unneeded_s <= now and now >= self._scale_down_resumes():
+                drain = node
+        if drain is not None:
+            self.meter.advance(now, self.fleet, len(self.queue))
+            self.last_event = now
+            for pod_id in list(drain.pods):
+                self._evict(drain, pod_id, now)
+            self._loaded(drain, now)
+            self._remove(drain)
+            self.meter.node_removed()
+            self._try(list(self.queue), now)
+
+    def _destinations(self) -> np.ndarray:
+        """Where cluster-autoscaler's simulation may move pods: the nodes in service, but not the empty ones it is
+        removing."""
+        emptied = np.array([not n.pods for n in self.fleet.nodes]) & ~np.isnan(self.fleet.unneeded_since)
+        return self.fleet.up & ~emptied
+
+    def _movable(
+        self, node: SimNode, index: int, destinations: np.ndarray, room: dict[int, Counter[tuple[str, float]]]
+    ) -> bool:
+        """Whether cluster-autoscaler's simulation places every pod of the node on ``destinations`` (other than
+        itself), given the free slots left in ``room`` (per node: (resource, share) -> count; filled as needed,
+        and taken from only when every pod finds a place): by the resource each pod requests, ``nvidia.com/gpu``
+        units on one node, or its MIG instance's ``nvidia.com/mig-*``; largest first, each on the first node in
+        name order with room. A pod of ``nvidia.com/gpu`` takes MPS tenants only where its share fits one (the
+        required affinity docs/planner.md gives whole-GPU pods and pods over a tenant's share); its ``gpu_spec``
+        pins it to its models' nodes."""
+        taken: dict[int, Counter[tuple[str, float]]] = {}
+        for pod_id in sorted(node.pods, key=lambda p: -self.demand_of[p]):
+            slots = node.pods[pod_id]
+            resource, units = node.slots[slots[0]].resource, len(slots)
+            share = self.asks[pod_id].share if resource == GPU_RESOURCE else 0.0
+            allowed = destinations & self.fleet.eligible(self.asks[pod_id].models)
+            allowed[index] = False
+            for other in map(int, np.flatnonzero(allowed)):
+                free = taken.get(other)
+                if free is None:
+                    if other not in room:
+                        room[other] = Counter(
+                            (s.resource, s.share) for s in self.fleet.nodes[other].slots if s.pod < 0
+                        )
+                    free = taken[other] = Counter(room[other])
+                fits = sorted(
+                    key
+                    for key, count in free.items()
+                    if count >= units and key[0] == resource and key[1] >= share - EPS
+                )
+                if fits:
+                    free[fits[0]] -= units  # the smallest that fits
+                    break
+            else:
+                return False
+        room.update(taken)
+        return True
 
     def _try(self, candidates: list[int], when: float) -> None:
         failed: dict[Ask, None] = {}  # an ask that did not fit cannot fit later in this pass (in queue order)
@@ -292,6 +408,12 @@ class Replay:
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
+            index = self.index[node.name]
+            if not np.isnan(self.fleet.unneeded_since[index]) and not self._movable(
+                node, index, self._destinations(), {}
+            ):
+                # Landed on a node still under the utilisation threshold: unneeded only while its pods fit elsewhere
+                self.fleet.unneeded_since[index] = np.nan
             self._loaded(node, when)
             self.queue.remove(pod_id)
             self.queued_demand[self.wants[pod_id]] -= 1
@@ -343,6 +465,7 @@ class Replay:
                 self.adding.add(index)
                 self.fleet.booting(index)
                 self.meter.node_added()
+                self.last_scale_up = when
                 heapq.heappush(self.events, (when + self.config.scale_up_s, BACK, index, 0))
                 node = upcoming[index] = self.fleet.nodes[index].copy()
                 slots = node.fit(ask.gpus, ask.share)
@@ -416,15 +539,7 @@ class Replay:
     def _reconfigure(self, node: SimNode, desired: DesiredState, now: float) -> None:
         index = self.index[node.name]
         for pod_id in list(node.pods):
-            self.fleet.give_back(node, pod_id, self.demand_of[pod_id])
-            left = max(1.0, self.remaining[pod_id] - (now - self.started_at[pod_id]))
-            self.remaining[pod_id] = left + self.config.eviction_cost_s
-            self.running -= 1
-            self.epoch[pod_id] += 1
-            self.node_of[pod_id] = -1
-            self.waiting_since[pod_id] = now
-            self._enqueue(pod_id)
-            self.meter.evicted()
+            self._evict(node, pod_id, now)
         self._loaded(node, now)
         drain_only = (desired.mig_config, desired.device_plugin_config) == (node.mig_config, node.plugin)
         self.fleet.unavailable(node)
@@ -436,6 +551,19 @@ class Replay:
             self.meter.consolidated()
         else:
             self.meter.reconfigured()
+
+    def _evict(self, node: SimNode, pod_id: int, now: float) -> None:
+        """The pod leaves the node and requeues (ahead of later arrivals) with the rest of its run time plus
+        ``eviction_cost_s``."""
+        self.fleet.give_back(node, pod_id, self.demand_of[pod_id])
+        left = max(1.0, self.remaining[pod_id] - (now - self.started_at[pod_id]))
+        self.remaining[pod_id] = left + self.config.eviction_cost_s
+        self.running -= 1
+        self.epoch[pod_id] += 1
+        self.node_of[pod_id] = -1
+        self.waiting_since[pod_id] = now
+        self._enqueue(pod_id)
+        self.meter.evicted()
 
     def _observations(self, now: float) -> list[NodeObservation]:
         out = []

@@ -182,6 +182,14 @@ class SimNode:
     def busy_gpus(self) -> int:
         return sum(1 for n in self.gpu_pods if n)
 
+    def gpu_utilisation(self) -> float:
+        """cluster-autoscaler's utilisation of a GPU node: its pods' ``nvidia.com/gpu`` requests over its
+        allocatable ``nvidia.com/gpu`` (MPS tenants are units of it). A node that advertises none, every GPU under
+        MIG (the mixed strategy names its instances ``nvidia.com/mig-*``), reads 0: an "unready GPU" to the
+        autoscaler, which scales such a node down as if idle whenever its pods fit elsewhere."""
+        units = [s for s in self.slots if s.resource == GPU_RESOURCE]
+        return sum(1 for s in units if s.pod >= 0) / len(units) if units else 0.0
+
 
 class ReplayFleet:
     """All nodes plus the fleet-wide count of free slots by share (of available nodes), for quick refusals."""
@@ -216,6 +224,9 @@ class ReplayFleet:
         # (DeletionCandidateOfClusterAutoscaler, PreferNoSchedule), one more untolerated taint on top of the
         # planner's, and is removed once unneeded for the autoscaler's unneeded time.
         self.unneeded_since = np.full(len(nodes), np.nan)
+        # cluster-autoscaler's --scale-down-utilization-threshold: a pod landing on an unneeded node makes it needed
+        # only once the node's GPU utilisation is at least this (0: any pod does)
+        self.underused_below = 0.0
         self.unbilled = np.zeros(len(nodes), dtype=bool)  # removed, and not (yet) being added back
         self.unbilled_gpus = 0
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
@@ -339,7 +350,8 @@ class ReplayFleet:
         node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         node.place(pod, slots, demand)
-        self.unneeded_since[self.position[node.name]] = np.nan  # needed again
+        if node.gpu_utilisation() >= self.underused_below:
+            self.unneeded_since[self.position[node.name]] = np.nan  # needed again
         self.free.subtract(node.slots[i].share for i in slots)
         self._account(node, before, demand)
         self._whole_changed(whole, node.free_whole())

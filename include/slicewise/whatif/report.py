@@ -51,6 +51,8 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "drain_cap_s": config.drain_cap_s,
             "scale_up_s": config.scale_up_s,
             "scale_down_unneeded_s": config.scale_down_unneeded_s,
+            "scale_down_utilization_threshold": config.scale_down_utilization_threshold,
+            "scale_down_delay_after_add_s": config.scale_down_delay_after_add_s,
             "shared_node_group": config.shared_node_group,
             "price_per_gpu_hour": config.price_per_gpu_hour,
             "prices": dict(config.prices),

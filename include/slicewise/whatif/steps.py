@@ -105,6 +105,7 @@ def run_review(
     compare_whole_gpu_demand: bool = True,
     scale_down_unneeded_s: float | None = None,
     shared_node_group: bool = True,
+    scale_down_utilization_threshold: float = 0.5,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -113,7 +114,9 @@ def run_review(
     cluster's consolidation mode (when that mode is among ``modes``); ``compare_whole_gpu_demand``: the same with
     the other ``planner_whole_gpu_demand``; ``scale_down_unneeded_s``: the cluster autoscaler's unneeded time, to
     replay it for every node of every policy (None: a fleet without one); ``shared_node_group``: whether
-    the autoscaler adds nodes for fractional pods from a node group shared by MPS (BacktestConfig)."""
+    the autoscaler adds nodes for fractional pods from a node group shared by MPS; ``scale_down_utilization_threshold``:
+    its threshold under which a node in use whose pods fit elsewhere is drained too (0: empty nodes only;
+    BacktestConfig)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -138,6 +141,10 @@ def run_review(
         raise ReviewError(f"unknown scheduler model {scheduler!r}; known: {', '.join(SCHEDULERS)}")
     if scale_down_unneeded_s is not None and scale_down_unneeded_s < 0:
         raise ReviewError(f"the autoscaler's unneeded time must be >= 0 s, not {scale_down_unneeded_s}")
+    if not 0 <= scale_down_utilization_threshold <= 1:
+        raise ReviewError(
+            f"the autoscaler's utilisation threshold must be in [0, 1], not {scale_down_utilization_threshold}"
+        )
     root = store.storage_path(settings.storage_root)
     hours = [since + timedelta(hours=h) for h in range(int((until - since) / timedelta(hours=1)))]
     found = published_hours(root, hours)
@@ -160,6 +167,7 @@ def run_review(
         prefer_shared=prefer_shared,
         eviction_cost_s=planner.eviction_cost_s,
         scale_down_unneeded_s=scale_down_unneeded_s,
+        scale_down_utilization_threshold=scale_down_utilization_threshold,
         shared_node_group=shared_node_group,
         planner=planner,
     )

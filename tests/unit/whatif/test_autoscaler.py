@@ -83,13 +83,16 @@ def test_a_node_a_consolidation_emptied_stays_in_service_for_the_unneeded_time()
     # As test_fleet_fidelity's released-node case: at 3600 s n2 holds 1 of its 4 GPUs (c), c moves to n1's free
     # GPU and n2 is back, empty, at 3660. With an autoscaler for every node it is one more idle node, removed at
     # 4260 unless needed: d, at 4000, fits no other node and starts there at once (without the model, the
-    # consolidation released n2 at once and d waited 200 s for it). n2 goes at 5600, n1 at 20,602.
+    # consolidation released n2 at once and d waited 200 s for it). n2 goes at 5600, n1 at 20,602. The autoscaler
+    # here removes empty nodes only: with its utilisation threshold it drains n2 itself first (the next test).
     from slicewise.planning.config import PlannerConfig
 
     nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
     pods = (pod("a", 0, 20_000), pod("b", 1, 100), pod("c", 2, 20_000), pod("d", 4000, 1000))
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
-    config = dataclasses.replace(AUTOSCALED, drain_s=60.0, planner=planner)
+    config = dataclasses.replace(
+        AUTOSCALED, drain_s=60.0, planner=planner, scale_down_utilization_threshold=0.0
+    )
     result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
     assert (result.consolidations, result.pods_evicted, result.nodes_added, result.nodes_removed) == (
         1,
@@ -99,6 +102,56 @@ def test_a_node_a_consolidation_emptied_stays_in_service_for_the_unneeded_time()
     )
     assert result.wait_mean_s == 0.0
     assert result.service_gpu_hours == pytest.approx((2 * 20_602 + 4 * 5600) / 3600)
+
+
+@pytest.mark.parametrize(("delay_s", "n2_until_s"), [(600.0, 1300.0), (0.0, 800.5)])
+def test_no_node_is_removed_within_the_delay_after_a_scale_up(delay_s: float, n2_until_s: float) -> None:
+    # n3 (2 GPUs) is empty from 0 and removed at 600. q leaves n2 at 200.5: unneeded until 800.5. r, two GPUs, at
+    # 700 fits no node in service: the autoscaler adds n3 back (r starts at 1000, ends at 1100) and removes
+    # nothing until 1300 (--scale-down-delay-after-add), so n2 goes then instead of at 800.5. n3 goes at 1700,
+    # n1 600 s after p ends at 5000.
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4"), TraceNode("n3", 2, "T4")]
+    pods = [pod("p", 0, 5000), pod("q", 0.5, 200), pod("r", 700, 100, gpus=2)]
+    config = dataclasses.replace(AUTOSCALED, scale_up_s=300.0, scale_down_delay_after_add_s=delay_s)
+    result = replay(pods, nodes, end=10_000, config=config)
+    assert (result.nodes_added, result.nodes_removed, result.wait_mean_s) == (1, 4, pytest.approx(100.0))
+    assert result.service_gpu_hours == pytest.approx((5600 + n2_until_s + 2 * (600 + 1000)) / 3600)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "b_s", "evicted", "n1_until_s", "n2_until_s"),
+    [
+        # b leaves n1 at 101 s. n2 holds c on 1 of its 4 GPUs (0.25, under 0.5) and c fits n1's free GPU: at the
+        # step at 300 s n2 is unneeded; at 900 it is drained (c evicted, restarting at once on n1) and removed.
+        # n1 goes 600 s after c ends (2 + 20,000 s of run; 898 of them run on n2).
+        (0.5, 100, 1, 20_602, 900),
+        # With b on n1 until 1001, c fits nowhere else until then: unneeded from the step at 1200, gone at 1800.
+        (0.5, 1000, 1, 20_602, 1800),
+        # The threshold under n2's 0.25: only empty nodes go; n2 stays until 600 s after c ends at 20,002 s, n1
+        # until 600 s after a ends.
+        (0.2, 100, 0, 20_600, 20_602),
+    ],
+)
+def test_the_autoscaler_drains_an_under_used_node_whose_pods_fit_elsewhere(
+    threshold: float, b_s: float, evicted: int, n1_until_s: float, n2_until_s: float
+) -> None:
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
+    pods = [pod("a", 0, 20_000), pod("b", 1, b_s), pod("c", 2, 20_000)]
+    config = dataclasses.replace(AUTOSCALED, scale_down_utilization_threshold=threshold)
+    result = replay(pods, nodes, end=30_000, config=config)
+    assert (result.nodes_removed, result.nodes_added, result.pods_evicted) == (2, 0, evicted)
+    assert result.wait_mean_s == 0.0  # c restarts on n1 the moment it is evicted
+    assert result.service_gpu_hours == pytest.approx((2 * n1_until_s + 4 * n2_until_s) / 3600)
+
+
+def test_the_autoscaler_keeps_an_under_used_node_whose_pods_fit_nowhere_else() -> None:
+    # n1's one GPU is a's all along: c, alone on n2's four GPUs (0.25), has nowhere to go, so n2 stays until 600 s
+    # after c ends. A node of MIG instances advertises no nvidia.com/gpu (utilisation 0 to the autoscaler) but
+    # is as safe: its pods' mig-* instances exist nowhere else.
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 4, "T4")]
+    result = replay([pod("a", 0, 20_000), pod("c", 2, 20_000)], nodes, end=30_000, config=AUTOSCALED)
+    assert (result.nodes_removed, result.pods_evicted) == (2, 0)
+    assert result.service_gpu_hours == pytest.approx((20_600 + 4 * 20_602) / 3600)
 
 
 def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> None:

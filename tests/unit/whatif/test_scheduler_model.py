@@ -353,3 +353,21 @@ def test_the_whole_gpu_demand_comparison_replays_packing_with_the_other_rule() -
     )
     assert "; whole GPUs for pending-now: 0 s (n/a), 2 node-GPU-hours (+0.0%)" in line
     assert whole_demand_choice(dataclasses.replace(backtest, results={"packing": results["packing"]})) == []
+
+
+def test_the_autoscalers_gpu_utilisation_counts_nvidia_com_gpu_units_only() -> None:
+    # cluster-autoscaler divides the pods' nvidia.com/gpu requests by the node's allocatable nvidia.com/gpu.
+    mps = SimNode("n1", 2, MODEL, CATALOG, "all-disabled", CATALOG.device_plugin_config_for(2))  # 4 tenants
+    mps.place(0, mps.fit(1, 0.3) or [], 0.3)
+    assert mps.gpu_utilisation() == 0.25  # one tenant of four, whatever the pod's share
+    h100 = CATALOG.model("H100-80GB")
+    split = SimNode("n2", 8, h100, CATALOG, "sw-4of8-1gx7", "default")  # 4 whole GPUs, 28 MIG instances
+    split.place(1, split.fit(1, 0.1) or [], 0.1)  # a 1g instance: no nvidia.com/gpu
+    assert split.gpu_utilisation() == 0.0
+    split.place(2, split.fit(2, 1.0) or [], 2.0)
+    assert split.gpu_utilisation() == 0.5  # 2 of the 4 whole GPUs
+    # Every GPU under MIG: no nvidia.com/gpu at all, an "unready GPU" that reads 0 however full it is.
+    mig = SimNode("n3", 1, MODEL, CATALOG, "all-balanced", "default")
+    for pod in range(4):
+        mig.place(pod, mig.fit(1, 0.1) or [], 0.1)
+    assert mig.gpu_utilisation() == 0.0

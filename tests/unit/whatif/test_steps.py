@@ -173,12 +173,17 @@ def test_an_autoscaler_for_every_node_is_replayed_when_the_cluster_runs_one(
         compare_standby=False,
         scale_down_unneeded_s=0.0,
         shared_node_group=False,
+        scale_down_utilization_threshold=0.3,
     )
     written = json.loads((review_folder(root, DAY, until) / "summary.json").read_text())
-    assert (written["model"]["scale_down_unneeded_s"], written["model"]["shared_node_group"]) == (0.0, False)
+    model = written["model"]
+    assert (model["scale_down_unneeded_s"], model["shared_node_group"]) == (0.0, False)
+    assert model["scale_down_utilization_threshold"] == 0.3
     # Nodes the simulated fleet leaves idle leave service at once: the cluster pays for fewer GPU-hours.
     assert (
         scaled["policies"]["static"]["service_gpu_hours"] < fixed["policies"]["static"]["service_gpu_hours"]
     )
     with pytest.raises(ReviewError, match="unneeded time must be >= 0"):
         run_review(settings, DAY, until, "spread", ("off",), scale_down_unneeded_s=-1.0)
+    with pytest.raises(ReviewError, match=r"utilisation threshold must be in \[0, 1\]"):
+        run_review(settings, DAY, until, "spread", ("off",), scale_down_utilization_threshold=2.0)

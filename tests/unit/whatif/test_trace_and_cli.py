@@ -138,6 +138,10 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: node offset must be in [0, 1] for a node share of 0.5")
     assert main([*args, "--scale-down-unneeded-s", "-1"]) == 2
     assert capsys.readouterr().err.startswith("error: --scale-down-unneeded-s must be >= 0")
+    assert main([*args, "--scale-down-utilization-threshold", "1.5"]) == 2
+    assert capsys.readouterr().err.startswith("error: --scale-down-utilization-threshold must be in [0, 1]")
+    assert main([*args, "--scale-down-delay-after-add-s", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --scale-down-delay-after-add-s must be >= 0")
 
 
 def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_less(
@@ -154,8 +158,18 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert before["nodes_removed"] == 0 and after["nodes_removed"] >= 1
     assert after["service_gpu_hours"] < before["service_gpu_hours"]
     assert scaled["model"]["shared_node_group"] is True  # the default: a node group shared by MPS
+    # cluster-autoscaler's defaults
+    assert (
+        scaled["model"]["scale_down_utilization_threshold"],
+        scaled["model"]["scale_down_delay_after_add_s"],
+    ) == (
+        0.5,
+        600.0,
+    )
     assert main([*args, "--scale-down-unneeded-s", "600", "--no-shared-node-group"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["shared_node_group"] is False
+    assert main([*args, "--scale-down-unneeded-s", "600", "--scale-down-utilization-threshold", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["scale_down_utilization_threshold"] == 0.0
 
 
 def test_a_node_offset_replays_another_sample_and_says_which(
