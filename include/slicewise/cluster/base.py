@@ -22,6 +22,10 @@ EVICTABLE_ANNOTATION = "slicewise.io/evictable"
 GPU_SHARE_ANNOTATION = schema.GPU_SHARE_ANNOTATION
 #: When Slicewise last changed the node's layout (ISO 8601, UTC): the dwell-time guard reads it.
 LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
+#: cluster-autoscaler leaves a node with this annotation ("true") alone: never unneeded, never drained or removed.
+SCALE_DOWN_DISABLED_ANNOTATION = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+#: Beside it where Slicewise set it (planning.shaped): Slicewise takes off only the marks it made.
+SCALE_DOWN_MARK_ANNOTATION = "slicewise.io/scale-down-disabled"
 
 # GPU Operator / GPU Feature Discovery labels (NVIDIA GPU Operator MIG docs; k8s-device-plugin GFD).
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"

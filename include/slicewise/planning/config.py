@@ -45,6 +45,9 @@ class PlannerConfig:
     # packing: empty nodes without MIG or MPS get PreferNoSchedule taints, one per size rank up to four
     # (planning.standby)
     standby: bool = True
+    # packing: nodes with a MIG layout or MPS that host pods are marked scale-down-disabled for cluster-autoscaler
+    # (planning.shaped)
+    keep_shaped: bool = True
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
@@ -100,6 +103,7 @@ class PlannerConfig:
             release_below=settings.planner_release_below,
             shared_reserve=settings.planner_shared_reserve,
             standby=settings.planner_standby,
+            keep_shaped=settings.planner_keep_shaped,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
             whole_gpu_demand=settings.planner_whole_gpu_demand,

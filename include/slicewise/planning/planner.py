@@ -23,6 +23,7 @@ from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.reserve import reserve
+from slicewise.planning.shaped import kept_from_scale_down
 from slicewise.planning.standby import Standby, standby
 from slicewise.planning.types import (
     BLOCKED,
@@ -98,9 +99,19 @@ def plan_fleet(
         if config.policy == "packing" and acting and config.standby
         else Standby()
     )
+    kept = (
+        kept_from_scale_down(planned, {plan.node: plan for plan in budgeted})
+        if config.policy == "packing" and acting and config.keep_shaped
+        else ()
+    )
     notes += _releasable(planned, plans)
     if listed.grades:
         notes.append(_standby_note(listed.grades))
+    if kept:
+        notes.append(
+            f"kept from the autoscaler: {len(kept)} nodes with MIG or MPS that host pods are marked "
+            f"cluster-autoscaler.kubernetes.io/scale-down-disabled: {_shown(list(kept))}"
+        )
     return FleetPlan(
         policy=config.policy,
         predictor=forecasts.predictor,
@@ -109,6 +120,7 @@ def plan_fleet(
         nodes=tuple(budgeted),
         notes=tuple(notes),
         standby_grades=listed.grades,
+        scale_down_disabled=kept,
     )
 
 

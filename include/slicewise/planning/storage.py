@@ -139,6 +139,9 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         nodes=tuple(nodes),
         notes=tuple(raw["notes"]),
         standby_grades=_standby_grades(raw),
+        scale_down_disabled=tuple(
+            raw.get("scale_down_disabled", ())
+        ),  # none in plans before planner_keep_shaped
     )
 
 

@@ -62,6 +62,8 @@ class FleetPlan:
     notes: tuple[str, ...] = ()
     # empty nodes to taint PreferNoSchedule (planning.standby): [i] carry cluster.base.STANDBY_TAINTS[i]
     standby_grades: tuple[tuple[str, ...], ...] = ()
+    # nodes to mark cluster-autoscaler.kubernetes.io/scale-down-disabled (planning.shaped)
+    scale_down_disabled: tuple[str, ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

@@ -23,6 +23,7 @@ from slicewise.rollout.checks import Check
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.procedure import Clock, Procedure, Timing
+from slicewise.rollout.scale_down import mark_scale_down_disabled
 from slicewise.rollout.standby import mark_standby
 from slicewise.rollout.waves import batches, order_changes, plan_waves
 
@@ -87,13 +88,19 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
                 now,
             )
         return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
-    # Under the lock, before any wave: the taint moves no pod, and the waves' nodes are not on the list.
+    # Under the lock, before any wave: the taint and the annotation move no pod, and the waves' nodes are on
+    # neither list.
     marked = mark_standby(ctx.backend, plan)
     standby = {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked}
+    kept = mark_scale_down_disabled(ctx.backend, plan)
+    marks = {
+        "standby": standby,
+        "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
+    }
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
         ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
-        return {"rollout_id": None, "action": "nothing to change", "waves": [], "standby": standby}
+        return {"rollout_id": None, "action": "nothing to change", "waves": [], **marks}
     waves = plan_waves([p.node for p in changes], ctx.shares)
     desired = {
         p.node: {
@@ -108,7 +115,9 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     for m in marked:
         if m.added or m.removed:
             ctx.event(rollout.id, m.describe())
-    return {"rollout_id": rollout.id, "action": "started", "waves": waves, "standby": standby}
+    if kept.added or kept.removed:
+        ctx.event(rollout.id, kept.describe())
+    return {"rollout_id": rollout.id, "action": "started", "waves": waves, **marks}
 
 
 def _wave_nodes(ctx: Rollouts, rollout_id: int) -> list[list[str]]:

@@ -180,6 +180,7 @@ class Replay:
         self.adding: set[int] = set()  # released nodes the autoscaler is adding back
         self.last_event = -math.inf
         self.last_scale_up = -math.inf  # when the autoscaler last added a node
+        self.kept: set[int] = set()  # nodes the last plan marked scale-down-disabled (planning.shaped)
         self.last_plan_changed = True
         self.last_change_any = -math.inf
         self.demand_of = [p.gpus * p.share for p in pods]
@@ -251,6 +252,7 @@ class Replay:
             if (
                 self.fleet.unneeded_since[subject] + self.config.scale_down_unneeded_s <= when
                 and not self.fleet.nodes[subject].pods
+                and subject not in self.kept
             ):
                 if when < self._scale_down_resumes():
                     heapq.heappush(self.events, (self._scale_down_resumes(), UNNEEDED, subject, 0))
@@ -297,7 +299,7 @@ class Replay:
         (``DeletionCandidateOfClusterAutoscaler``, so the scheduler sends pods elsewhere while another node has
         room) and removes it after ``scale_down_unneeded_s`` unless a pod lands there first."""
         unneeded_s = self.config.scale_down_unneeded_s
-        if unneeded_s is None or not self._idle(node):
+        if unneeded_s is None or not self._idle(node) or self.index[node.name] in self.kept:
             return
         index = self.index[node.name]
         if np.isnan(self.fleet.unneeded_since[index]):
@@ -329,6 +331,7 @@ class Replay:
         for index, node in enumerate(self.fleet.nodes):
             if (
                 not node.pods
+                or index in self.kept
                 or not node.available
                 or self.fleet.released[index]
                 or index in self.pending_changes
@@ -532,9 +535,22 @@ class Replay:
             if node_plan.rule == CONSOLIDATED and not node_plan.pending_served:
                 self.releasing.add(self.index[node_plan.node])
         self.last_plan_changed = bool(changed)
+        self._keep_from_scale_down({self.index[name] for name in plan.scale_down_disabled}, now)
         if changed:
             self.last_change_any = now
             self._try(list(self.queue), now)
+
+    def _keep_from_scale_down(self, kept: set[int], now: float) -> None:
+        """The plan's ``cluster-autoscaler.kubernetes.io/scale-down-disabled`` nodes (``planner_keep_shaped``),
+        until the next plan: the autoscaler neither finds them unneeded nor removes them; a node that leaves the
+        list is a candidate again from now."""
+        if self.config.scale_down_unneeded_s is None:
+            return
+        for index in kept:
+            self.fleet.unneeded_since[index] = np.nan
+        left, self.kept = self.kept - kept, kept
+        for index in sorted(left):
+            self._maybe_unneeded(self.fleet.nodes[index], now)
 
     def _reconfigure(self, node: SimNode, desired: DesiredState, now: float) -> None:
         index = self.index[node.name]

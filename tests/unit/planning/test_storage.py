@@ -58,3 +58,17 @@ def test_a_plan_reads_back_with_its_standby_grades_and_an_older_plan_with_two_li
     assert storage.read_plan(plan_json).standby_grades == (("t4-0", "t4-8"),)
     plan_json.write_text(json.dumps(older))
     assert storage.read_plan(plan_json).standby_grades == ()
+
+
+def test_a_plan_reads_back_with_its_nodes_kept_from_the_autoscaler_and_an_older_plan_with_none(
+    tmp_path: Path,
+) -> None:
+    folder = store.storage_path(tmp_path.as_uri()) / "plans" / "run"
+    written = FleetPlan("packing", "v1", True, 60, (), scale_down_disabled=("mig-0", "mps-1"))
+    storage.write_plan(folder, written)
+    plan_json = folder / storage.PLAN_JSON
+    assert storage.read_plan(plan_json) == written
+    older = json.loads(plan_json.read_text())
+    del older["scale_down_disabled"]  # written before planner_keep_shaped
+    plan_json.write_text(json.dumps(older))
+    assert storage.read_plan(plan_json).scale_down_disabled == ()

@@ -254,5 +254,41 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
             "slicewise.io/standby-larger": {"added": [], "removed": []},
             "slicewise.io/standby-largest": {"added": [], "removed": ["sim-h200-0"]},
         },
+        "scale_down_disabled": {"added": [], "removed": []},
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]
+
+
+def test_start_keeps_the_listed_shaped_nodes_from_the_autoscaler_and_touches_no_one_elses_annotation(
+    harness: Harness, api: FakeApiServer
+) -> None:
+    # Listed: sim-h100-0 (new: both annotations in one write) and sim-a100-40-0, which someone else already keeps
+    # from the autoscaler (left as it is, not taken over). sim-h200-0 carries Slicewise's mark from an earlier
+    # plan and is not listed any more: both go. The node the plan changes is kept by someone else and not listed:
+    # left alone.
+    disabled, mark = (
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+        "slicewise.io/scale-down-disabled",
+    )
+
+    def annotate(values: dict[str, str]) -> Any:
+        return lambda n: n["metadata"].setdefault("annotations", {}).update(values)
+
+    api.update_node_externally("sim-a100-80-0", annotate({disabled: "true"}))
+    api.update_node_externally("sim-a100-40-0", annotate({disabled: "true"}))
+    api.update_node_externally("sim-h200-0", annotate({disabled: "true", mark: "true"}))
+    plan = dataclasses.replace(fleet_plan([NODE]), scale_down_disabled=("sim-a100-40-0", "sim-h100-0"))
+
+    started = engine.start(harness.rollouts(backend=backend(api)), plan, "plan.json")
+
+    assert started["scale_down_disabled"] == {"added": ["sim-h100-0"], "removed": ["sim-h200-0"]}
+
+    def annotations(node: str) -> dict[str, str]:
+        found = api.node(node)["metadata"].get("annotations") or {}
+        return {k: v for k, v in found.items() if k in (disabled, mark)}
+
+    assert annotations("sim-h100-0") == {disabled: "true", mark: "true"}
+    assert annotations("sim-h200-0") == {}
+    assert annotations("sim-a100-80-0") == annotations("sim-a100-40-0") == {disabled: "true"}
+    events = [e.message for e in harness.ledger.events(started["rollout_id"])]
+    assert any(disabled in message and "sim-h100-0" in message for message in events)

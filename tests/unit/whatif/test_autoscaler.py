@@ -199,3 +199,28 @@ def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by
     result = Replay(POLICIES[policy], pods, nodes, CATALOG, config, (0.0, 3000.0)).run()
     assert result.nodes_added == 1
     assert result.wait_by_class[FRACTIONAL].mean_s == pytest.approx(mean_wait_s)
+
+
+@pytest.mark.parametrize(("keep_shaped", "evicted", "n2_until_s"), [(True, 0, 14_800), (False, 1, 6300)])
+def test_the_planner_keeps_a_node_it_shares_by_mps_from_the_autoscalers_drain(
+    keep_shaped: bool, evicted: int, n2_until_s: float
+) -> None:
+    # n2 starts under MPS (two tenants per GPU, four in all). f, a quarter of a GPU, arrives while w and v fill
+    # n1 and takes a tenant: a utilisation of 0.25 to the autoscaler, but f fits nowhere else until v leaves at
+    # 2000 s (n1 then holds w alone: 0.5, not under). So n2 is unneeded from the step at 2100, due at 6100. The
+    # plan at 3600 s lists n2 (MPS, a pod on it) for scale-down-disabled: the autoscaler leaves it until the
+    # first plan after f ends (10,001 s), at 10,800, and removes it 4000 s later. Without the list it drains n2
+    # at the step at 6300 (f restarts at once on n1's free GPU). n1 goes 4000 s after w ends at 20,000.
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, keep_shaped=keep_shaped)
+    config = dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=4000.0, planner=planner)
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
+    pods = (pod("w", 0, 20_000), pod("v", 0, 2000), TracePod("f", 1, 10_000, 1, 0.25, "LS", ()))
+    mps = ("all-disabled", CATALOG.device_plugin_config_for(2))
+    replay = Replay(
+        POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0), [("all-disabled", "default"), mps]
+    )
+    result = replay.run()
+    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (evicted, 2, 0.0)
+    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * n2_until_s) / 3600)

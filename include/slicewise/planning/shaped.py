@@ -1,0 +1,34 @@
+"""Shaped nodes kept from cluster-autoscaler's scale-down of nodes in use.
+
+cluster-autoscaler drains and removes a node whose utilisation is under its ``--scale-down-utilization-threshold``
+(0.5 by default) whenever its simulation places the node's pods elsewhere. For a GPU node it counts only
+``nvidia.com/gpu``: an MPS tenant is one unit of it, so a node shared by MPS reads half as used as its pods make
+it, and a node whose GPUs are all under MIG (the mixed strategy names its instances ``nvidia.com/mig-*``) reads 0,
+an "unready GPU". So the autoscaler drains the nodes the planner shaped first, and the pods it moves land on whole
+GPUs (docs/backtest.md, "Nodes in use under the utilisation threshold", has the figures). After the plan
+``packing`` lists the nodes that keep a MIG layout or MPS and host pods, for the annotation
+``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``, which makes the autoscaler leave a node alone.
+An empty node is never listed, so the autoscaler still removes the empty ones (an emptied node leaves the list at
+the next plan), and a node this plan changes is not listed (its pods are evicted). On by default
+(``planner_keep_shaped``; off: nothing is listed, and apply mode takes the annotation off the nodes it marked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from slicewise.planning.consolidation import Planned
+from slicewise.planning.types import CHANGE, SKIP, NodePlan
+
+
+def kept_from_scale_down(planned: Sequence[Planned], plans: Mapping[str, NodePlan]) -> tuple[str, ...]:
+    """The nodes to mark ``scale-down-disabled``, in name order (``plans``: every node's final plan)."""
+    return tuple(
+        sorted(
+            item.ctx.name
+            for item in planned
+            if item.ctx.obs.pods
+            and (item.ctx.layout is not None or item.ctx.replicas > 1)
+            and plans[item.ctx.name].action not in (CHANGE, SKIP)
+        )
+    )

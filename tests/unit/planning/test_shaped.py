@@ -1,0 +1,48 @@
+"""The nodes kept from cluster-autoscaler's scale-down (``planner_keep_shaped``): the nodes with a MIG layout or
+MPS that host pods, which the autoscaler would read as under-used (MPS tenants count as GPUs, MIG-only nodes as
+none) and drain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slicewise.catalog import Catalog
+from slicewise.forecasting.forecasts import Forecasts
+from slicewise.planning.config import PlannerConfig
+from slicewise.planning.planner import plan_fleet
+from slicewise.planning.types import FleetPlan, NodeObservation
+
+from .conftest import NOW, mig_load, node, observe, pod, whole_gpu_load
+
+GPU = "nvidia.com/gpu"
+# Nothing changes (every proposal over the hourly budget is blocked): the lists depend on the nodes as they are.
+STILL = PlannerConfig(max_change_share=0.0, shared_reserve=0.0, standby=False)
+
+
+def plan(catalog: Catalog, observations: list[NodeObservation], config: PlannerConfig = STILL) -> FleetPlan:
+    load = []
+    for o in observations:
+        if o.node.mig_config != "all-disabled":
+            load += mig_load(o.node, 0.9, catalog)
+        elif o.pods:
+            load += whole_gpu_load(o.node.name, o.node.gpu_count, 0.9)
+    return plan_fleet(observations, Forecasts(tuple(load), (), "p90", True), catalog, config, NOW)
+
+
+def test_nodes_with_mig_or_mps_that_host_pods_are_listed_and_no_others(catalog: Catalog) -> None:
+    mps = catalog.device_plugin_config_for(2)
+    observations = [
+        observe(node("mps-busy", "T4-16GB", "all-disabled", mps, 2), pod("a-1", "mps-busy", GPU)),
+        observe(node("mig-busy"), pod("b-1", "mig-busy", "nvidia.com/mig-1g.10gb")),
+        observe(node("whole-busy", "T4-16GB", "all-disabled", gpus=2), pod("c-1", "whole-busy", GPU)),
+        observe(node("mps-empty", "T4-16GB", "all-disabled", mps, 2)),
+    ]
+    result = plan(catalog, observations)
+    assert result.scale_down_disabled == ("mig-busy", "mps-busy")
+    assert [n for n in result.notes if n.startswith("kept from the autoscaler")] == [
+        "kept from the autoscaler: 2 nodes with MIG or MPS that host pods are marked "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled: mig-busy, mps-busy"
+    ]
+    off = plan(catalog, observations, dataclasses.replace(STILL, keep_shaped=False))
+    assert off.scale_down_disabled == ()
+    assert not [n for n in off.notes if n.startswith("kept from the autoscaler")]
