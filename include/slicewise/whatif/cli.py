@@ -117,6 +117,13 @@ def register(subparsers: Any) -> None:
         "production)",
     )
     parser.add_argument(
+        "--keep-shaped",
+        action=argparse.BooleanOptionalAction,
+        default=PlannerConfig().keep_shaped,
+        help="the planner marks nodes with MIG or MPS that host pods scale-down-disabled, so the replay's autoscaler "
+        "(--scale-down-unneeded-s) does not drain them (planner_keep_shaped; default as production)",
+    )
+    parser.add_argument(
         "--whole-gpu-demand",
         choices=WHOLE_GPU_DEMAND,
         default=PlannerConfig().whole_gpu_demand,
@@ -329,6 +336,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             release_below=args.release_below,
             shared_reserve=args.shared_reserve,
             standby=args.standby,
+            keep_shaped=args.keep_shaped,
             whole_gpu_demand=args.whole_gpu_demand,
         ),
     )

@@ -66,6 +66,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "release_below": config.planner.release_below,
                 "shared_reserve": config.planner.shared_reserve,
                 "standby": config.planner.standby,
+                "keep_shaped": config.planner.keep_shaped,
                 "whole_gpu_demand": config.planner.whole_gpu_demand,
             },
         },

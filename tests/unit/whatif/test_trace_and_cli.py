@@ -170,6 +170,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert json.loads(capsys.readouterr().out)["model"]["shared_node_group"] is False
     assert main([*args, "--scale-down-unneeded-s", "600", "--scale-down-utilization-threshold", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["scale_down_utilization_threshold"] == 0.0
+    assert scaled["model"]["planner"]["keep_shaped"] is True  # planner_keep_shaped, as production
+    assert main([*args, "--scale-down-unneeded-s", "600", "--no-keep-shaped"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["keep_shaped"] is False
 
 
 def test_a_node_offset_replays_another_sample_and_says_which(
