@@ -2,12 +2,13 @@
 
 cluster-autoscaler drains and removes a node whose utilisation is under its ``--scale-down-utilization-threshold``
 (0.5 by default) whenever its simulation places the node's pods elsewhere. For a GPU node it counts only
-``nvidia.com/gpu``: an MPS tenant is one unit of it, so a node shared by MPS reads half as used as its pods make
-it, and a node whose GPUs are all under MIG (the mixed strategy names its instances ``nvidia.com/mig-*``) reads 0,
-an "unready GPU". So the autoscaler drains the nodes the planner shaped first, and its simulation may move their
-fractional pods onto whole GPUs (docs/backtest.md, "Nodes in use under the utilisation threshold", has the
-figures). After the plan
-``packing`` lists the nodes that keep a MIG layout or MPS and host pods, for the annotation
+``nvidia.com/gpu``: an MPS tenant is one unit of it, so at two tenants per GPU a node shared by MPS reads half as
+used as the GPUs its pods occupy, and a node whose GPUs are all under MIG (the mixed strategy names its instances
+``nvidia.com/mig-*``) reads 0, an "unready GPU". So the autoscaler drains the nodes the planner shaped first, and
+its simulation may move their fractional pods onto whole GPUs (docs/backtest.md, "Nodes in use under the
+utilisation threshold", has the figures).
+
+After the plan ``packing`` lists the nodes that keep a MIG layout or MPS and host pods, for the annotation
 ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``, which makes the autoscaler leave a node alone.
 An empty node is never listed, so the autoscaler still removes the empty ones (an emptied node leaves the list at
 the next plan), and a node this plan changes is not listed (its pods are evicted). On by default
