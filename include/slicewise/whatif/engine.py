@@ -159,8 +159,6 @@ class Replay:
             config.scheduler,
             config.prefer_shared,
         )
-        if config.scale_down_unneeded_s is not None:
-            self.fleet.underused_below = config.scale_down_utilization_threshold
         self.index = {n.name: i for i, n in enumerate(self.fleet.nodes)}
         self.group_configs = list(configs)  # what a node the autoscaler adds back comes with
         count = len(pods)
@@ -317,10 +315,8 @@ class Replay:
         for the unneeded time it is drained, its pods evicted (they requeue as a planner's evictions do), and
         removed. One node per step: the autoscaler drains one node at a time (``--max-drain-parallelism``, 1). As
         for empty nodes, none is removed within ``scale_down_delay_after_add_s`` of a scale-up."""
-        unneeded_s, threshold = (
-            self.config.scale_down_unneeded_s,
-            self.config.scale_down_utilization_threshold,
-        )
+        unneeded_s = self.config.scale_down_unneeded_s
+        threshold = self.config.scale_down_utilization_threshold
         if unneeded_s is None or threshold <= 0:
             return
         since = self.fleet.unneeded_since
@@ -354,6 +350,18 @@ class Replay:
             self._remove(drain)
             self.meter.node_removed()
             self._try(list(self.queue), now)
+
+    def _maybe_needed(self, node: SimNode) -> None:
+        """A pod landed on the node: if the autoscaler found it unneeded, it is needed again unless it stays under
+        the utilisation threshold (with the autoscaler's scale-down of nodes in use) and its pods still fit
+        elsewhere."""
+        index = self.index[node.name]
+        if np.isnan(self.fleet.unneeded_since[index]):
+            return
+        unneeded_s = self.config.scale_down_unneeded_s
+        threshold = 0.0 if unneeded_s is None else self.config.scale_down_utilization_threshold
+        if node.gpu_utilisation() >= threshold or not self._movable(node, index, self._destinations(), {}):
+            self.fleet.unneeded_since[index] = np.nan
 
     def _destinations(self) -> np.ndarray:
         """Where cluster-autoscaler's simulation may move pods: the nodes in service, but not the empty ones it is
@@ -411,12 +419,7 @@ class Replay:
                 continue
             node, slots = found
             node = self.fleet.take(node, pod_id, slots, self.demand_of[pod_id])
-            index = self.index[node.name]
-            if not np.isnan(self.fleet.unneeded_since[index]) and not self._movable(
-                node, index, self._destinations(), {}
-            ):
-                # Landed on a node still under the utilisation threshold: unneeded only while its pods fit elsewhere
-                self.fleet.unneeded_since[index] = np.nan
+            self._maybe_needed(node)
             self._loaded(node, when)
             self.queue.remove(pod_id)
             self.queued_demand[self.wants[pod_id]] -= 1

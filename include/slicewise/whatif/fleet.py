@@ -222,11 +222,10 @@ class ReplayFleet:
         self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
         # Since when the autoscaler has found the node unneeded (NaN: it has not): the node carries its soft taint
         # (DeletionCandidateOfClusterAutoscaler, PreferNoSchedule), one more untolerated taint on top of the
-        # planner's, and is removed once unneeded for the autoscaler's unneeded time.
+        # planner's, and is removed once unneeded for the autoscaler's unneeded time. The replay sets it and decides
+        # whether a pod landing there makes the node needed again (engine.Replay._maybe_needed); a change or a
+        # removal clears it.
         self.unneeded_since = np.full(len(nodes), np.nan)
-        # cluster-autoscaler's --scale-down-utilization-threshold: a pod landing on an unneeded node makes it needed
-        # only once the node's GPU utilisation is at least this (0: any pod does)
-        self.underused_below = 0.0
         self.unbilled = np.zeros(len(nodes), dtype=bool)  # removed, and not (yet) being added back
         self.unbilled_gpus = 0
         self._kind_masks: dict[tuple[str, ...], np.ndarray] = {}
@@ -350,8 +349,6 @@ class ReplayFleet:
         node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         node.place(pod, slots, demand)
-        if node.gpu_utilisation() >= self.underused_below:
-            self.unneeded_since[self.position[node.name]] = np.nan  # needed again
         self.free.subtract(node.slots[i].share for i in slots)
         self._account(node, before, demand)
         self._whole_changed(whole, node.free_whole())
