@@ -18,6 +18,7 @@ FALLBACKS = ("none", "baseline")
 CONSOLIDATION = ("off", "whole-gpus", "nodes")  # planning.consolidation
 #: How many pending whole-GPU requests GPUs are kept whole for (planning.planner.whole_pending).
 WHOLE_GPU_DEMAND = ("median", "pending-now")
+REHOME = ("always", "waiting", "off")  # planning.rehome
 
 
 class PlannerConfigError(PermanentError, ValueError):
@@ -48,6 +49,9 @@ class PlannerConfig:
     # packing: nodes with a MIG layout or MPS that host pods are marked scale-down-disabled for cluster-autoscaler
     # (planning.shaped)
     keep_shaped: bool = True
+    # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"
+    # (only while whole-GPU pods wait) or "off"
+    rehome: str = "always"
     # GPUs without MIG (T4, V100, ...) share only by MPS; the rollout verifies such a change by what the device
     # plugin advertises (no MIG manager runs there). False leaves their nodes alone.
     plan_gpus_without_mig: bool = True
@@ -78,6 +82,8 @@ class PlannerConfig:
             raise PlannerConfigError(
                 f"planner_whole_gpu_demand must be one of {WHOLE_GPU_DEMAND}, got {self.whole_gpu_demand!r}"
             )
+        if self.rehome not in REHOME:
+            raise PlannerConfigError(f"planner_rehome must be one of {REHOME}, got {self.rehome!r}")
         if self.eviction_cost_s < 0:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
         if not 0 <= self.release_below <= 1:
@@ -104,6 +110,7 @@ class PlannerConfig:
             shared_reserve=settings.planner_shared_reserve,
             standby=settings.planner_standby,
             keep_shaped=settings.planner_keep_shaped,
+            rehome=settings.planner_rehome,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,
             whole_gpu_demand=settings.planner_whole_gpu_demand,

@@ -22,6 +22,8 @@ from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import Pool, Request, request_for
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
+from slicewise.planning.rehome import note as rehome_note
+from slicewise.planning.rehome import rehome
 from slicewise.planning.reserve import reserve
 from slicewise.planning.shaped import kept_from_scale_down
 from slicewise.planning.standby import Standby, standby
@@ -104,7 +106,14 @@ def plan_fleet(
         if config.policy == "packing" and acting and config.keep_shaped
         else ()
     )
+    moves = (
+        rehome(planned, {plan.node: plan for plan in budgeted}, pool, config)
+        if config.policy == "packing" and acting
+        else ()
+    )
     notes += _releasable(planned, plans)
+    if moves:
+        notes.append(rehome_note(moves))
     if listed.grades:
         notes.append(_standby_note(listed.grades))
     if kept:
@@ -121,6 +130,7 @@ def plan_fleet(
         notes=tuple(notes),
         standby_grades=listed.grades,
         scale_down_disabled=kept,
+        moves=moves,
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from slicewise.cluster.base import GpuNode, GpuPod
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import report
-from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan
+from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, PodMove
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -142,6 +142,9 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         scale_down_disabled=tuple(
             raw.get("scale_down_disabled", ())
         ),  # none in plans before planner_keep_shaped
+        moves=tuple(  # none in plans before planner_rehome
+            PodMove(**{**move, "to": tuple(move["to"])}) for move in raw.get("moves", ())
+        ),
     )
 
 

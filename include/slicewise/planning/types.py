@@ -53,6 +53,20 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
+class PodMove:
+    """One pod to evict from a whole GPU so that it runs on an MPS tenant instead."""
+
+    namespace: str
+    pod: str
+    node: str  # where it runs now, on a whole GPU
+    share: float  # the share of a GPU it declares
+    to: tuple[str, ...]  # the MPS nodes with a tenant free that fits it (the scheduler chooses)
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.pod} ({self.share:g} GPU) from {self.node} to a tenant on {'|'.join(self.to)}"
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     policy: str
     predictor: str
@@ -64,6 +78,8 @@ class FleetPlan:
     standby_grades: tuple[tuple[str, ...], ...] = ()
     # nodes to mark cluster-autoscaler.kubernetes.io/scale-down-disabled (planning.shaped)
     scale_down_disabled: tuple[str, ...] = ()
+    # fractional pods to evict from whole GPUs so they run on free MPS tenants (planning.rehome)
+    moves: tuple[PodMove, ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

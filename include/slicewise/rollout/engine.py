@@ -22,6 +22,7 @@ from slicewise.rollout import analysis
 from slicewise.rollout.checks import Check
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
+from slicewise.rollout.moves import move_pods
 from slicewise.rollout.procedure import Clock, Procedure, Timing
 from slicewise.rollout.scale_down import mark_scale_down_disabled
 from slicewise.rollout.standby import mark_standby
@@ -93,9 +94,12 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     marked = mark_standby(ctx.backend, plan)
     standby = {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked}
     kept = mark_scale_down_disabled(ctx.backend, plan)
+    # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
+    moved = move_pods(ctx.backend, plan)
     marks = {
         "standby": standby,
         "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
+        "moves": {"evicted": list(moved.evicted), "skipped": list(moved.skipped)},
     }
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
@@ -117,6 +121,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
             ctx.event(rollout.id, m.describe())
     if kept.added or kept.removed:
         ctx.event(rollout.id, kept.describe())
+    if plan.moves:
+        ctx.event(rollout.id, moved.describe())
     return {"rollout_id": rollout.id, "action": "started", "waves": waves, **marks}
 
 

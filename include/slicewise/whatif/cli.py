@@ -26,7 +26,7 @@ DEFAULT_POLICIES = "static,static-mig,reactive,packing,oracle,ideal"
 
 
 def register(subparsers: Any) -> None:
-    from slicewise.planning.config import WHOLE_GPU_DEMAND, PlannerConfig
+    from slicewise.planning.config import REHOME, WHOLE_GPU_DEMAND, PlannerConfig
 
     parser = subparsers.add_parser(
         "backtest",
@@ -122,6 +122,13 @@ def register(subparsers: Any) -> None:
         default=PlannerConfig().keep_shaped,
         help="the planner marks nodes with MIG or MPS that host pods scale-down-disabled, so the replay's autoscaler "
         "(--scale-down-unneeded-s) does not drain them (planner_keep_shaped; default as production)",
+    )
+    parser.add_argument(
+        "--rehome",
+        choices=REHOME,
+        default=PlannerConfig().rehome,
+        help="the planner evicts fractional pods from whole GPUs when a free MPS tenant fits them: always, only while "
+        "whole-GPU pods wait (waiting), or off (planner_rehome; default as production)",
     )
     parser.add_argument(
         "--whole-gpu-demand",
@@ -337,6 +344,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             shared_reserve=args.shared_reserve,
             standby=args.standby,
             keep_shaped=args.keep_shaped,
+            rehome=args.rehome,
             whole_gpu_demand=args.whole_gpu_demand,
         ),
     )

@@ -55,7 +55,7 @@ from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.reserve import RESERVE_REPLICAS
-from slicewise.planning.types import DesiredState, NodeObservation
+from slicewise.planning.types import DesiredState, NodeObservation, PodMove
 from slicewise.whatif.fleet import EPS, FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import Meter, PolicyResult
@@ -189,6 +189,7 @@ class Replay:
         self._selectors: list[Mapping[str, tuple[str, ...]]] = [
             {TRACE_MODEL_LABEL: p.models} if p.models else {} for p in pods
         ]
+        self.pod_ids = {p.name: i for i, p in enumerate(pods)}  # how plans name a pod (planning.rehome)
         self.queued_demand: Counter[Request] = Counter()  # the waiting requests, per kind
         self.waiting_samples: deque[Counter[Request]] = deque(maxlen=int(HOUR_S // config.step_s))
 
@@ -539,9 +540,20 @@ class Replay:
                 self.releasing.add(self.index[node_plan.node])
         self.last_plan_changed = bool(changed)
         self._keep_from_scale_down({self.index[name] for name in plan.scale_down_disabled}, now)
+        moved = self._rehome(plan.moves, now)
         if changed:
             self.last_change_any = now
+        if changed or moved:
             self._try(list(self.queue), now)
+
+    def _rehome(self, moves: Sequence[PodMove], now: float) -> bool:
+        """Evict the plan's re-homed pods (planning.rehome); they requeue and the scheduler model places them."""
+        for move in moves:
+            node = self.fleet.by_name[move.node]
+            pod_id = self.pod_ids[move.pod]
+            if pod_id in node.pods:
+                self._evict(node, pod_id, now)
+        return bool(moves)
 
     def _keep_from_scale_down(self, kept: set[int], now: float) -> None:
         """The plan's ``cluster-autoscaler.kubernetes.io/scale-down-disabled`` nodes (``planner_keep_shaped``),

@@ -9,7 +9,7 @@ from pathlib import Path
 from slicewise import store
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import storage
-from slicewise.planning.types import DesiredState, FleetPlan, NodePlan
+from slicewise.planning.types import DesiredState, FleetPlan, NodePlan, PodMove
 
 
 def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path: Path) -> None:
@@ -60,15 +60,17 @@ def test_a_plan_reads_back_with_its_standby_grades_and_an_older_plan_with_two_li
     assert storage.read_plan(plan_json).standby_grades == ()
 
 
-def test_a_plan_reads_back_with_its_nodes_kept_from_the_autoscaler_and_an_older_plan_with_none(
+def test_a_plan_reads_back_with_its_autoscaler_marks_and_moves_and_an_older_plan_with_none(
     tmp_path: Path,
 ) -> None:
     folder = store.storage_path(tmp_path.as_uri()) / "plans" / "run"
-    written = FleetPlan("packing", "v1", True, 60, (), scale_down_disabled=("mig-0", "mps-1"))
+    move = PodMove("team", "small-1", "whole-1", 0.4, ("mps-1", "mps-2"))
+    written = FleetPlan("packing", "v1", True, 60, (), scale_down_disabled=("mig-0", "mps-1"), moves=(move,))
     storage.write_plan(folder, written)
     plan_json = folder / storage.PLAN_JSON
     assert storage.read_plan(plan_json) == written
     older = json.loads(plan_json.read_text())
     del older["scale_down_disabled"]  # written before planner_keep_shaped
+    del older["moves"]  # and before planner_rehome
     plan_json.write_text(json.dumps(older))
-    assert storage.read_plan(plan_json).scale_down_disabled == ()
+    assert (storage.read_plan(plan_json).scale_down_disabled, storage.read_plan(plan_json).moves) == ((), ())

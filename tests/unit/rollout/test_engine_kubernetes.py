@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from slicewise.cluster.kubernetes import KubernetesCluster
-from slicewise.planning.types import FleetPlan
+from slicewise.planning.types import FleetPlan, PodMove
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from tests.support.fake_apiserver import FakeApiServer
@@ -255,6 +255,7 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
             "slicewise.io/standby-largest": {"added": [], "removed": ["sim-h200-0"]},
         },
         "scale_down_disabled": {"added": [], "removed": []},
+        "moves": {"evicted": [], "skipped": []},
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]
 
@@ -292,3 +293,63 @@ def test_start_keeps_the_listed_shaped_nodes_from_the_autoscaler_and_touches_no_
     assert annotations("sim-a100-80-0") == annotations("sim-a100-40-0") == {disabled: "true"}
     events = [e.message for e in harness.ledger.events(started["rollout_id"])]
     assert any(disabled in message and "sim-h100-0" in message for message in events)
+
+
+def test_start_evicts_the_planned_moves_that_still_hold_and_says_why_of_the_others(harness: Harness) -> None:
+    # sim-h100-1 shares its 4 GPUs among 16 MPS tenants (mps-4), one of them taken. Planned: two fractional pods
+    # on whole GPUs of sim-h100-0 (one evictable, one whose PodDisruptionBudget allows no disruption now), one
+    # that has left since the plan, and one on sim-a100-80-1 that no longer asks a whole GPU.
+    share = {"slicewise.io/gpu-share": "0.25"}
+    pods = [
+        serving_pod("sim-h100-1", "tenant-0", annotations=share),
+        serving_pod("sim-h100-0", "frac-0", evictable=True, annotations=share),
+        serving_pod("sim-h100-0", "frac-1", evictable=True, annotations=share),
+        serving_pod("sim-a100-80-1", "frac-2", "nvidia.com/mig-1g.10gb", evictable=True, annotations=share),
+    ]
+    guarded = pdb("team-a", "guarded", disruptions_allowed=0, match_labels={"app": "frac-1"})
+    moves = tuple(
+        PodMove("team-a", name, node, 0.25, ("sim-h100-1",))
+        for name, node in (
+            ("frac-0", "sim-h100-0"),
+            ("frac-1", "sim-h100-0"),
+            ("gone-0", "sim-h100-0"),
+            ("frac-2", "sim-a100-80-1"),
+        )
+    )
+    with fleet_api_server(pods=pods, pdbs=[guarded]) as api:
+        plan = FleetPlan("packing", "v1", True, 60, (), moves=moves)
+
+        started = engine.start(harness.rollouts(backend=backend(api)), plan, "plan.json")
+
+        assert started["moves"]["evicted"] == ["team-a/frac-0"]
+        skipped = started["moves"]["skipped"]
+        assert [s.split(":")[0] for s in skipped] == ["team-a/frac-1", "team-a/gone-0", "team-a/frac-2"]
+        assert "not evictable now" in skipped[0] and "guarded" in skipped[0]
+        assert "no longer on sim-h100-0" in skipped[1]
+        assert "no longer on one whole GPU" in skipped[2]
+        assert api.pod("team-a", "frac-0") is None
+        assert api.pod("team-a", "frac-1") is not None and api.pod("team-a", "frac-2") is not None
+
+
+def test_a_move_waits_for_a_tenant_nobody_requests(harness: Harness) -> None:
+    # The MPS node's 16 tenants are all taken since the plan: the move is skipped and the pod stays.
+    share = {"slicewise.io/gpu-share": "0.25"}
+    pods = [serving_pod("sim-h100-1", f"tenant-{i}", annotations=share) for i in range(16)]
+    pods.append(serving_pod("sim-h100-0", "frac-0", evictable=True, annotations=share))
+    with fleet_api_server(pods=pods) as api:
+        plan = FleetPlan(
+            "packing",
+            "v1",
+            True,
+            60,
+            (),
+            moves=(PodMove("team-a", "frac-0", "sim-h100-0", 0.25, ("sim-h100-1",)),),
+        )
+
+        started = engine.start(harness.rollouts(backend=backend(api)), plan, "plan.json")
+
+        assert started["moves"] == {
+            "evicted": [],
+            "skipped": ["team-a/frac-0: no tenant free on sim-h100-1 any more"],
+        }
+        assert api.pod("team-a", "frac-0") is not None

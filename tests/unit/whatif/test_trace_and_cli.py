@@ -173,6 +173,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert scaled["model"]["planner"]["keep_shaped"] is True  # planner_keep_shaped, as production
     assert main([*args, "--scale-down-unneeded-s", "600", "--no-keep-shaped"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["keep_shaped"] is False
+    assert scaled["model"]["planner"]["rehome"] == "always"  # planner_rehome, as production
+    assert main([*args, "--rehome", "waiting"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["rehome"] == "waiting"
 
 
 def test_a_node_offset_replays_another_sample_and_says_which(
