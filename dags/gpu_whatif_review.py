@@ -19,7 +19,7 @@ bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or co
 `compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
 unneeded time, to replay it for every node; default none), `scale_down_utilization_threshold` (its threshold
 under which a node in use whose pods fit elsewhere is drained too; default 0.5, 0: empty nodes only),
-`shared_node_group` (the cluster has a node group shared by MPS that the autoscaler adds nodes from for fractional
+`scale_down_delay_after_add_s` (how long after a scale-up it removes nothing; default 600), `shared_node_group` (the cluster has a node group shared by MPS that the autoscaler adds nodes from for fractional
 pods; default true).
 """
 
@@ -96,6 +96,12 @@ from slicewise.errors import task_outcome
             description="Your cluster autoscaler's --scale-down-utilization-threshold (its default: 0.5); 0: it "
             "removes empty nodes only.",
         ),
+        "scale_down_delay_after_add_s": Param(
+            600,
+            type="number",
+            minimum=0,
+            description="Your cluster autoscaler's --scale-down-delay-after-add in seconds (its default: 600).",
+        ),
         "shared_node_group": Param(
             True,
             type="boolean",
@@ -130,6 +136,7 @@ def gpu_whatif_review() -> None:
             params.get("scale_down_unneeded_s"),
             params.get("shared_node_group", True),
             params.get("scale_down_utilization_threshold", 0.5),
+            params.get("scale_down_delay_after_add_s", 600),
         )
         for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)

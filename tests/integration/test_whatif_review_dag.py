@@ -52,6 +52,7 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
         consolidation="off,nodes",
         scale_down_unneeded_s=600,
         scale_down_utilization_threshold=0.25,
+        scale_down_delay_after_add_s=120,
     )
     assert states == {"replay_history": "success", "__run__": "success"}
     folder = root / "whatif" / "2026-11-23T12_2026-11-24T12"
@@ -63,10 +64,8 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
     assert (
         summary["model"]["scale_down_unneeded_s"],
         summary["model"]["scale_down_utilization_threshold"],
-    ) == (
-        600,
-        0.25,
-    )
+        summary["model"]["scale_down_delay_after_add_s"],
+    ) == (600, 0.25, 120)
     assert summary["consolidation_choice"][0].startswith("packing: least wait with planner_consolidation=")
     assert (folder / "report.html").read_text().startswith("<!doctype html>")
 

@@ -106,6 +106,7 @@ def run_review(
     scale_down_unneeded_s: float | None = None,
     shared_node_group: bool = True,
     scale_down_utilization_threshold: float = 0.5,
+    scale_down_delay_after_add_s: float = 600.0,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -116,7 +117,7 @@ def run_review(
     replay it for every node of every policy (None: a fleet without one); ``shared_node_group``: whether
     the autoscaler adds nodes for fractional pods from a node group shared by MPS; ``scale_down_utilization_threshold``:
     its threshold under which a node in use whose pods fit elsewhere is drained too (0: empty nodes only;
-    BacktestConfig)."""
+    BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -145,6 +146,10 @@ def run_review(
         raise ReviewError(
             f"the autoscaler's utilisation threshold must be in [0, 1], not {scale_down_utilization_threshold}"
         )
+    if scale_down_delay_after_add_s < 0:
+        raise ReviewError(
+            f"the autoscaler's delay after a scale-up must be >= 0 s, not {scale_down_delay_after_add_s}"
+        )
     root = store.storage_path(settings.storage_root)
     hours = [since + timedelta(hours=h) for h in range(int((until - since) / timedelta(hours=1)))]
     found = published_hours(root, hours)
@@ -168,6 +173,7 @@ def run_review(
         eviction_cost_s=planner.eviction_cost_s,
         scale_down_unneeded_s=scale_down_unneeded_s,
         scale_down_utilization_threshold=scale_down_utilization_threshold,
+        scale_down_delay_after_add_s=scale_down_delay_after_add_s,
         shared_node_group=shared_node_group,
         planner=planner,
     )
