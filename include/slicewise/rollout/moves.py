@@ -65,7 +65,7 @@ def _stale(backend: ClusterBackend, move: PodMove, free: dict[str, int]) -> str 
     )
     if pod is None:
         return f"no longer on {move.node}"
-    if dict(pod.requests) != {GPU_RESOURCE: 1}:
+    if dict(pod.requests) != {GPU_RESOURCE: 1} or _shares_gpus(backend, move.node):
         return "no longer on one whole GPU"
     if not pod.evictable:
         return "not evictable now: " + ("; ".join(pod.blockers) or "no reason given")
@@ -75,6 +75,15 @@ def _stale(backend: ClusterBackend, move: PodMove, free: dict[str, int]) -> str 
     if not any(free[node] > 0 for node in move.to):
         return f"no tenant free on {'|'.join(move.to)} any more"
     return None
+
+
+def _shares_gpus(backend: ClusterBackend, node: str) -> bool:
+    """Whether the node now advertises more ``nvidia.com/gpu`` than it has GPUs (MPS or time-slicing replicas)."""
+    try:
+        found = backend.get_node(node)
+    except NodeNotFound:
+        return False
+    return found.allocatable.get(GPU_RESOURCE, 0) > found.gpu_count
 
 
 def _free_tenants(backend: ClusterBackend, node: str) -> int:

@@ -298,13 +298,15 @@ def test_start_keeps_the_listed_shaped_nodes_from_the_autoscaler_and_touches_no_
 def test_start_evicts_the_planned_moves_that_still_hold_and_says_why_of_the_others(harness: Harness) -> None:
     # sim-h100-1 shares its 4 GPUs among 16 MPS tenants (mps-4), one of them taken. Planned: two fractional pods
     # on whole GPUs of sim-h100-0 (one evictable, one whose PodDisruptionBudget allows no disruption now), one
-    # that has left since the plan, and one on sim-a100-80-1 that no longer asks a whole GPU.
+    # that has left since the plan, one on sim-a100-80-1 that no longer asks a whole GPU, and one on a tenant of
+    # sim-h100-1 (its node switched to MPS since the plan).
     share = {"slicewise.io/gpu-share": "0.25"}
     pods = [
         serving_pod("sim-h100-1", "tenant-0", annotations=share),
         serving_pod("sim-h100-0", "frac-0", evictable=True, annotations=share),
         serving_pod("sim-h100-0", "frac-1", evictable=True, annotations=share),
         serving_pod("sim-a100-80-1", "frac-2", "nvidia.com/mig-1g.10gb", evictable=True, annotations=share),
+        serving_pod("sim-h100-1", "frac-3", evictable=True, annotations=share),
     ]
     guarded = pdb("team-a", "guarded", disruptions_allowed=0, match_labels={"app": "frac-1"})
     moves = tuple(
@@ -314,6 +316,7 @@ def test_start_evicts_the_planned_moves_that_still_hold_and_says_why_of_the_othe
             ("frac-1", "sim-h100-0"),
             ("gone-0", "sim-h100-0"),
             ("frac-2", "sim-a100-80-1"),
+            ("frac-3", "sim-h100-1"),
         )
     )
     with fleet_api_server(pods=pods, pdbs=[guarded]) as api:
@@ -323,12 +326,17 @@ def test_start_evicts_the_planned_moves_that_still_hold_and_says_why_of_the_othe
 
         assert started["moves"]["evicted"] == ["team-a/frac-0"]
         skipped = started["moves"]["skipped"]
-        assert [s.split(":")[0] for s in skipped] == ["team-a/frac-1", "team-a/gone-0", "team-a/frac-2"]
-        assert "not evictable now" in skipped[0] and "guarded" in skipped[0]
+        assert [s.split(":")[0] for s in skipped] == [
+            "team-a/frac-1",
+            "team-a/gone-0",
+            "team-a/frac-2",
+            "team-a/frac-3",
+        ]
+        assert "not evictable now" in skipped[0] and "guarded" in skipped[0]  # the PodDisruptionBudget
         assert "no longer on sim-h100-0" in skipped[1]
-        assert "no longer on one whole GPU" in skipped[2]
+        assert "no longer on one whole GPU" in skipped[2] and "no longer on one whole GPU" in skipped[3]
         assert api.pod("team-a", "frac-0") is None
-        assert api.pod("team-a", "frac-1") is not None and api.pod("team-a", "frac-2") is not None
+        assert all(api.pod("team-a", name) is not None for name in ("frac-1", "frac-2", "frac-3"))
 
 
 def test_a_move_waits_for_a_tenant_nobody_requests(harness: Harness) -> None:
