@@ -5,7 +5,7 @@ A fractional pod lands on a whole GPU when no MPS tenant is free as it arrives, 
 on the public traces the long fractional pods (0.44-0.47 of a GPU, running for days) held whole GPUs through
 bursts in which one-GPU pods queued for hours, while a tenant of the shared reserve was free (docs/backtest.md,
 "Re-homing fractional pods"). Nothing else moves them: the scheduler places a pod once, a consolidation empties
-a whole node, and the per-node pass changes no node that hosts whole-GPU pods.
+a whole node, and the per-node pass switches a node to MPS only where every pod it runs fits a tenant.
 
 After the plan, ``packing`` lists **moves**: each fractional pod on one whole GPU of a node without MIG or MPS
 that declares its share (``slicewise.io/gpu-share``) and may be evicted now, for which a node that keeps MPS
