@@ -96,21 +96,11 @@ def plan_fleet(
         shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
         plans = [shared.get(plan.node, plan) for plan in plans]
     budgeted = _apply_budget(plans, config, len(observations))
-    listed = (
-        standby(planned, {plan.node: plan for plan in budgeted})
-        if config.policy == "packing" and acting and config.standby
-        else Standby()
-    )
-    kept = (
-        kept_from_scale_down(planned, {plan.node: plan for plan in budgeted})
-        if config.policy == "packing" and acting and config.keep_shaped
-        else ()
-    )
-    moves = (
-        rehome(planned, {plan.node: plan for plan in budgeted}, pool, config)
-        if config.policy == "packing" and acting
-        else ()
-    )
+    final = {plan.node: plan for plan in budgeted}
+    shaping = config.policy == "packing" and acting
+    listed = standby(planned, final) if shaping and config.standby else Standby()
+    kept = kept_from_scale_down(planned, final) if shaping and config.keep_shaped else ()
+    moves = rehome(planned, final, pool, config) if shaping else ()
     notes += _releasable(planned, plans)
     if moves:
         notes.append(rehome_note(moves))

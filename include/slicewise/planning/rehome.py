@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.cluster.base import GpuPod
 from slicewise.planning import packing
 from slicewise.planning.config import REHOME, PlannerConfig
 from slicewise.planning.consolidation import Planned
@@ -57,8 +58,9 @@ def rehome(
             continue
         labels = packing.labels_under(ctx.obs.node, 1)
         for pod in sorted(ctx.obs.pods, key=lambda p: (p.namespace, p.name)):
-            if pod.share is None or not _movable(pod.share, pod.requests, pod.evictable, config):
+            if not _movable(pod, config):
                 continue
+            assert pod.share is not None
             served = next(
                 (
                     i
@@ -86,11 +88,16 @@ def rehome(
     return tuple(moves)
 
 
-def _movable(share: float, requests: Mapping[str, int], evictable: bool, config: PlannerConfig) -> bool:
+def _movable(pod: GpuPod, config: PlannerConfig) -> bool:
     """A declared fractional share on one whole GPU, evictable now, and a GPU-hour beats its eviction cost."""
-    if share >= 1 - EPS or dict(requests) != {GPU_RESOURCE: 1} or not evictable:
+    if (
+        pod.share is None
+        or pod.share >= 1 - EPS
+        or dict(pod.requests) != {GPU_RESOURCE: 1}
+        or not pod.evictable
+    ):
         return False
-    return 1.0 - share * config.eviction_cost_s / HOUR_S >= config.min_gain_gpu_hours
+    return 1.0 - pod.share * config.eviction_cost_s / HOUR_S >= config.min_gain_gpu_hours
 
 
 Tenants = dict[str, tuple[float, int, Mapping[str, str]]]  # node -> (tenant share, free tenants, its labels)

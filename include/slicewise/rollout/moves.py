@@ -12,10 +12,11 @@ crash between two moves leaves some pods moved and others not, which the next ru
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.cluster.base import ClusterBackend, EvictionBlocked, NodeNotFound
+from slicewise.cluster.base import ClusterBackend, EvictionBlocked, GpuNode, GpuPod, NodeNotFound
 from slicewise.planning.types import FleetPlan, PodMove
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,16 @@ class Moved:
 
 
 def move_pods(backend: ClusterBackend, plan: FleetPlan) -> Moved:
-    """Evict the plan's moves that still hold; say why of the others."""
+    """Evict the plan's moves that still hold; say why of the others. Each node named is read once, before the
+    first eviction."""
+    names = sorted({move.node for move in plan.moves} | {node for move in plan.moves for node in move.to})
+    seen = {name: _read(backend, name) for name in names}
+    free = {name: _free_tenants(*seen[name]) for name in names}  # counted down as pods move
     evicted: list[str] = []
     skipped: list[str] = []
-    free: dict[str, int] = {}  # receivers' free tenants, read once and counted down
     for move in plan.moves:
         name = f"{move.namespace}/{move.pod}"
-        why = _stale(backend, move, free)
+        why = _stale(move, seen, free)
         if why is None:
             try:
                 backend.evict(move.namespace, move.pod)
@@ -57,41 +61,36 @@ def move_pods(backend: ClusterBackend, plan: FleetPlan) -> Moved:
     return moved
 
 
-def _stale(backend: ClusterBackend, move: PodMove, free: dict[str, int]) -> str | None:
+Seen = tuple[GpuNode | None, list[GpuPod]]  # a node as read (None: gone) and its GPU pods
+
+
+def _read(backend: ClusterBackend, name: str) -> Seen:
+    try:
+        return backend.get_node(name), backend.list_gpu_pods(name)
+    except NodeNotFound:
+        return None, []
+
+
+def _stale(move: PodMove, seen: Mapping[str, Seen], free: Mapping[str, int]) -> str | None:
     """Why the move no longer holds, or None."""
-    pod = next(
-        (p for p in backend.list_gpu_pods(move.node) if (p.namespace, p.name) == (move.namespace, move.pod)),
-        None,
-    )
-    if pod is None:
+    node, pods = seen[move.node]
+    pod = next((p for p in pods if (p.namespace, p.name) == (move.namespace, move.pod)), None)
+    if node is None or pod is None:
         return f"no longer on {move.node}"
-    if dict(pod.requests) != {GPU_RESOURCE: 1} or _shares_gpus(backend, move.node):
+    # More nvidia.com/gpu advertised than GPUs: the node shares them (MPS or time-slicing) since the plan.
+    if dict(pod.requests) != {GPU_RESOURCE: 1} or node.allocatable.get(GPU_RESOURCE, 0) > node.gpu_count:
         return "no longer on one whole GPU"
     if not pod.evictable:
         return "not evictable now: " + ("; ".join(pod.blockers) or "no reason given")
-    for node in move.to:
-        if node not in free:
-            free[node] = _free_tenants(backend, node)
-    if not any(free[node] > 0 for node in move.to):
+    if not any(free[receiver] > 0 for receiver in move.to):
         return f"no tenant free on {'|'.join(move.to)} any more"
     return None
 
 
-def _shares_gpus(backend: ClusterBackend, node: str) -> bool:
-    """Whether the node now advertises more ``nvidia.com/gpu`` than it has GPUs (MPS or time-slicing replicas)."""
-    try:
-        found = backend.get_node(node)
-    except NodeNotFound:
-        return False
-    return found.allocatable.get(GPU_RESOURCE, 0) > found.gpu_count
-
-
-def _free_tenants(backend: ClusterBackend, node: str) -> int:
+def _free_tenants(node: GpuNode | None, pods: list[GpuPod]) -> int:
     """Tenants the node advertises (``nvidia.com/gpu`` allocatable: GPUs x replicas under MPS) that no pod
     requests; 0 for a node gone."""
-    try:
-        advertised = backend.get_node(node).allocatable.get(GPU_RESOURCE, 0)
-    except NodeNotFound:
+    if node is None:
         return 0
-    used = sum(p.requests.get(GPU_RESOURCE, 0) for p in backend.list_gpu_pods(node))
-    return max(0, advertised - used)
+    used = sum(p.requests.get(GPU_RESOURCE, 0) for p in pods)
+    return max(0, node.allocatable.get(GPU_RESOURCE, 0) - used)
