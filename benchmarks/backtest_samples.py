@@ -288,7 +288,7 @@ def report(
             forms = figures[(forms_fleet(fleet), FORMS)]
             forms_node_share = _share(_cut(static.node_gpu_hours, forms.node_gpu_hours), ideal_node_cut)
             share = _share(cut, ideal_cut)
-            # The same cut in what the cluster pays for: the nodes in service (ideal's: its busy ones).
+            # The same cut in what the cluster pays for: the nodes in service (ideal's: what it held, whatif.held).
             paid_share = _share(
                 _cut(static.service_gpu_hours, packing.service_gpu_hours),
                 _cut(static.service_gpu_hours, ideal.service_gpu_hours),
@@ -407,12 +407,13 @@ def main() -> int:
         for variant in variants:
             for offset in offsets_near(variant, args.samples, args.within):
                 for reference in ("ideal", "sharing"):
+                    # The autoscaler sets what the bounds pay for (whatif.held), nothing else of theirs.
                     jobs[(variant, offset, IDEAL_FLEET, reference)] = pool.submit(
-                        run_one, variant, offset, IDEAL_FLEET, reference
+                        run_one, variant, offset, IDEAL_FLEET, reference, None, True, autoscaler
                     )
                 for fleet in dict.fromkeys(map(forms_fleet, fleets(BacktestConfig.priced()))):
                     jobs[(variant, offset, fleet, FORMS)] = pool.submit(
-                        run_one, variant, offset, fleet, FORMS
+                        run_one, variant, offset, fleet, FORMS, None, True, autoscaler
                     )
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", "packing"):

@@ -35,6 +35,7 @@ import numpy as np
 from slicewise.catalog import Catalog
 from slicewise.whatif.engine import HOUR_S, BacktestConfig
 from slicewise.whatif.fleet import EPS, WHOLE, Ask
+from slicewise.whatif.held import HeldCapacity
 from slicewise.whatif.metrics import Meter, PolicyResult
 from slicewise.whatif.policies import IDEAL
 from slicewise.whatif.trace import TraceNode, TracePod
@@ -201,8 +202,9 @@ def pack(
 class _State:
     """What the meter reads: the current packing's figures, refreshed after every change."""
 
-    def __init__(self, total_gpus: int):
+    def __init__(self, total_gpus: int, held: HeldCapacity | None = None):
         self.total_gpus = total_gpus
+        self.held = held
         self.work = 0.0
         self.busy_gpus = self.busy_node_gpus = 0
         self.busy_cost_rate = 0.0
@@ -213,14 +215,17 @@ class _State:
 
     @property
     def service_gpus(self) -> int:
-        """The bound's autoscaler removes a node the moment it empties and adds it back at once."""
-        return self.busy_node_gpus
+        """Without the replays' autoscaler, the bound's removes a node the moment it empties and adds it back at
+        once; with it, the bound pays for the node-GPUs it held over the unneeded time (:mod:`.held`)."""
+        return self.busy_node_gpus if self.held is None else self.held.held
 
-    def refresh(self, packing: Packing, work: float) -> None:
+    def refresh(self, packing: Packing, work: float, now: float) -> None:
         self.work = work
         self.busy_gpus = packing.busy_gpus()
         self.busy_node_gpus = packing.node_gpus()
         self.busy_cost_rate = packing.cost_rate()
+        if self.held is not None:
+            self.held.set(now, self.busy_node_gpus)
 
 
 class IdealReplay:
@@ -256,7 +261,11 @@ class IdealReplay:
         self.running: set[int] = set()
         self.waiting: list[int] = []  # in arrival order (pod ids are sorted by arrival)
         self.events: list[tuple[float, int, int, int]] = []
-        self.state = _State(sum(n.gpus for n in nodes))
+        total = sum(n.gpus for n in nodes)
+        unneeded_s = config.scale_down_unneeded_s
+        self.state = _State(
+            total, None if unneeded_s is None else HeldCapacity(unneeded_s, self.start, total)
+        )
         self.meter = Meter(self.start, len(nodes))
         self.work = 0.0
         self.suspensions = 0
@@ -278,7 +287,7 @@ class IdealReplay:
             tick = min(self.start + hour * HOUR_S, horizon)
             while self.events and self.events[0][0] < tick:
                 when, kind, pod_id, epoch = heapq.heappop(self.events)
-                self.meter.advance(when, self.state, len(self.waiting))
+                self._advance(when)
                 last_event = when
                 if kind == ARRIVE:
                     self._arrive(pod_id, when)
@@ -294,10 +303,10 @@ class IdealReplay:
             if tick >= horizon or (tick >= self.end and not self.waiting and not self.running):
                 stop = tick if tick >= horizon else max(self.end, last_event)
                 break
-            self.meter.advance(tick, self.state, len(self.waiting))
+            self._advance(tick)
             self.meter.close_hour(tick)
             hour += 1
-        self.meter.advance(stop, self.state, len(self.waiting))
+        self._advance(stop)
         self.meter.close_hour(stop)
         for pod_id in self.waiting:
             self.waited[pod_id] += stop - self.waiting_since[pod_id]
@@ -308,6 +317,14 @@ class IdealReplay:
         # Any share fits any GPU with room: no slots, so no fragmentation to measure; suspensions are free, so
         # no pod is evicted.
         return dataclasses.replace(result, fragmentation=None)
+
+    def _advance(self, when: float) -> None:
+        """Meter the state up to ``when``, stopping where the capacity held for the autoscaler falls."""
+        held = self.state.held
+        while held is not None and (change := held.next_change_s()) is not None and change < when:
+            self.meter.advance(change, self.state, len(self.waiting))
+            held.expire(change)
+        self.meter.advance(when, self.state, len(self.waiting))
 
     # -- events ----------------------------------------------------------------------------------------
     def _arrive(self, pod_id: int, when: float) -> None:
@@ -325,7 +342,7 @@ class IdealReplay:
                 self._start(pod_id, when)
             else:
                 self.waiting.append(pod_id)  # the latest arrival: it goes last
-        self.state.refresh(self.packing, self.work)
+        self.state.refresh(self.packing, self.work, when)
 
     def _consolidate(self) -> None:
         """Free repacking: place the running pods anew when that needs fewer node-GPUs."""
@@ -339,7 +356,7 @@ class IdealReplay:
             self._admit_in_arrival_order(when)
         else:
             self._consolidate()
-        self.state.refresh(self.packing, self.work)
+        self.state.refresh(self.packing, self.work, when)
 
     def _remove(self, pod_ids: list[int]) -> None:
         """The pods finished: their room is free."""

@@ -111,8 +111,9 @@ class PolicyResult:
     allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
     nodes_added: int = 0  # released nodes the autoscaler added back (engine)
     nodes_removed: int = 0  # nodes the autoscaler removed once unneeded (engine, scale_down_unneeded_s)
-    # GPU-hours of the nodes in service (not removed by the autoscaler): what the cluster pays for; ideal's are
-    # its node_gpu_hours (an autoscaler that removes a node the moment it empties and adds it back at once)
+    # GPU-hours of the nodes in service (not removed by the autoscaler): what the cluster pays for; ideal's and
+    # sharing's are their node_gpu_hours, or with the replays' autoscaler the node-GPUs they held over its
+    # unneeded time (whatif.held)
     service_gpu_hours: float = 0.0
     hours: list[HourRecord] = field(default_factory=list, repr=False)
 

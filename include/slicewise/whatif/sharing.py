@@ -44,7 +44,7 @@ class SharingReplay(IdealReplay):
             self._start(pod_id, when)
         else:
             self.waiting.append(pod_id)  # pod ids follow arrival: the queue stays in arrival order
-        self.state.refresh(self.packing, self.work)
+        self.state.refresh(self.packing, self.work, when)
 
     def _depart(self, pod_ids: list[int], when: float) -> None:
         self._remove(pod_ids)
@@ -59,7 +59,7 @@ class SharingReplay(IdealReplay):
                 failed.add(ask)
                 still.append(pod_id)
         self.waiting = still
-        self.state.refresh(self.packing, self.work)
+        self.state.refresh(self.packing, self.work, when)
 
 
 class FormsReplay(SharingReplay):
