@@ -16,7 +16,7 @@ that stays empty (no pod, not being changed) that long, a consolidated one inclu
 once): it soft-taints it meanwhile (the scheduler model then prefers other nodes with room) and removes it, to be
 added back as above. Below ``scale_down_utilization_threshold`` of GPU utilisation a node in use is unneeded too
 while the autoscaler's simulation fits its pods elsewhere (checked at every step); it is drained, its pods
-evicted, and removed the same way (the oracle's look-ahead leaves these drains out). No node is removed within
+evicted, and removed the same way (the oracle's look-ahead runs these drains too). No node is removed within
 ``scale_down_delay_after_add_s`` of the autoscaler's last scale-up. A node added back is a new machine of its
 node group: in the configuration the replay started it in, with no last change; or, with ``shared_node_group``,
 for a fractional pod that fits an MPS tenant under a policy that shares GPUs, a machine of the group shared by
@@ -702,6 +702,7 @@ class Replay:
             until = now + k * self.config.step_s
             while twin.events and twin.events[0][0] < until:
                 twin._handle(*heapq.heappop(twin.events))
+            twin._scale_down_underused(until)  # the autoscaler's drains, as the replay checks them every step
             samples.append(+twin.queued_demand)
         return samples
 

@@ -263,9 +263,13 @@ class ReplayFleet:
         return twin
 
     def own(self, node: SimNode) -> SimNode:
-        """The node as this fleet may change it (a fork copies it on first write)."""
-        if self.owned is None or node.name in self.owned:
+        """The node as this fleet may change it (a fork copies it on first write). A fork that owns it already
+        returns its own copy, so a caller holding the node from before the first write never changes the
+        original, which the fleet it was forked from still uses."""
+        if self.owned is None:
             return node
+        if node.name in self.owned:
+            return self.by_name[node.name]
         mine = node.copy()
         self.nodes[self.position[node.name]] = mine
         self.by_name[node.name] = mine

@@ -224,3 +224,45 @@ def test_the_planner_keeps_a_node_it_shares_by_mps_from_the_autoscalers_drain(
     result = replay.run()
     assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (evicted, 2, 0.0)
     assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * n2_until_s) / 3600)
+
+
+class _Watched(Replay):
+    """A replay that records what waits after every step's scale-down check, and looks ahead an hour from 300 s
+    (as the oracle's plan would) without the look-ahead recording anything itself."""
+
+    def __init__(self, *args: object, look: bool) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.look, self.recording = look, True
+        self.seen: dict[float, dict[object, int]] = {}
+        self.ahead: dict[float, dict[object, int]] = {}
+
+    def _scale_down_underused(self, now: float) -> None:
+        super()._scale_down_underused(now)
+        if not self.recording:
+            return
+        self.seen[now] = dict(+self.queued_demand)
+        if self.look and now == 300:
+            self.recording = False  # the fork copies the flag: it records nothing
+            samples = self._lookahead(now)
+            self.recording = True
+            self.ahead = {now + 300 * k: dict(s) for k, s in enumerate(samples, start=1)}
+
+
+def test_the_look_ahead_runs_the_autoscalers_drains_and_leaves_the_replay_as_it_was() -> None:
+    # As in the drain test above: c, alone on n2 (0.25, under 0.5), is unneeded from the step at 300 s; at 900
+    # n2 is drained (c restarts on n1) and removed. d arrives at 1000 and fits no node in service: the autoscaler
+    # adds n2 back, and d waits until 1200. The hour looked ahead from 300 s must see d waiting at 1200, as the
+    # replay does; a look-ahead that skipped the drain would have d start on n2 at once.
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
+    pods = (pod("a", 0, 20_000), pod("b", 1, 100), pod("c", 2, 20_000), pod("d", 1000, 500))
+    runs = {}
+    for look in (True, False):
+        watched = _Watched(POLICIES["static"], pods, nodes, CATALOG, AUTOSCALED, (0.0, 30_000.0), look=look)
+        runs[look] = (watched, watched.run())
+    watched, result = runs[True]
+    assert result.pods_evicted == 1 and result.wait_mean_s == pytest.approx(200 / 4)
+    assert watched.ahead[1200] and watched.ahead == {t: watched.seen[t] for t in watched.ahead}
+    # Looking ahead changed nothing of the replay itself (the fork copies the nodes it changes).
+    unwatched, plain = runs[False]
+    assert unwatched.seen == watched.seen
+    assert (plain.wait_mean_s, plain.service_gpu_hours) == (result.wait_mean_s, result.service_gpu_hours)
