@@ -8,7 +8,8 @@ removes a node the moment it empties, and the share of their cut a policy reache
 measured against a saving no cluster can make.
 
 :class:`HeldCapacity` charges them, at each instant, the most node-GPUs they had in use over the last unneeded
-time, the start fleet counted in use until the replay starts (every policy starts with every node in service).
+time, the whole fleet counted in use at the replay's start (every policy starts with every node in service, and
+the autoscaler removes none of them sooner than the unneeded time later).
 Whichever node the GPUs were on: a node emptied and a node opened in the same window count as one, the
 cheapest reading, so the bound stays a bound. A policy that the autoscaler drains of under-used nodes (its
 utilisation threshold) can, in a window, pay less than its own busiest instant of that window; the bound's busy
