@@ -1,6 +1,7 @@
 """Benchmark: the what-if backtest on the real Alibaba openb traces, against the ``ideal`` bound.
 
     .venv/bin/python benchmarks/backtest.py          # the table (issue 13's yardstick), about 5 min
+    .venv/bin/python benchmarks/backtest.py --scale-down-unneeded-s 600   # the same under cluster-autoscaler
     .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1] [--gpu-model M]
 
 The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspec10``, a node share at which
@@ -111,10 +112,15 @@ def _cut(cut: float | None, share: float | None) -> str:
 SECONDS: dict[str, float] = {}
 
 
-def the_table() -> None:
+def the_table(scale_down_unneeded_s: float | None = None) -> None:
     nodes = load_nodes(TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv")
     policies = parse_policies(POLICIES)
-    base = BacktestConfig.priced()
+    base = dataclasses.replace(BacktestConfig.priced(), scale_down_unneeded_s=scale_down_unneeded_s)
+    if scale_down_unneeded_s is not None:
+        print(
+            f"an autoscaler for every policy: nodes unneeded for {scale_down_unneeded_s:.0f} s are removed "
+            "(empty, or under half their GPUs requested with their pods fitting elsewhere: drained)"
+        )
     began = time.perf_counter()
     for variant, share in SAMPLES.items():
         sample = spread_sample(nodes, share)
@@ -163,6 +169,11 @@ def main() -> int:
     parser.add_argument("--node-share", type=float, default=1.0, help="--timing: share of the nodes")
     parser.add_argument("--policies", default="static,static-mig,reactive,packing,oracle,ideal")
     parser.add_argument("--gpu-model", help="--timing: model every GPU as this catalogue model")
+    parser.add_argument(
+        "--scale-down-unneeded-s",
+        type=float,
+        help="the table with a cluster autoscaler for every policy (the backtest's flag; 600 is its default)",
+    )
     args = parser.parse_args()
     if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
@@ -170,7 +181,7 @@ def main() -> int:
     if args.timing:
         timing(args.trace, args.node_share, args.policies, args.gpu_model)
     else:
-        the_table()
+        the_table(args.scale_down_unneeded_s)
     return 0
 
 
