@@ -29,9 +29,10 @@ how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
 for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``--scale-down-unneeded-s``
-replays ``static`` and ``packing`` with a cluster autoscaler for every node, and a last column of the summary
-gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``); ``--no-shared-node-group``
-replays that autoscaler without a node group shared by MPS for fractional pods. Figures and their reading:
+replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal``, ``sharing`` and
+``sharing-forms`` pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
+summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
+``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods. Figures and their reading:
 docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
 message when they are absent). Asserts nothing.
 """
@@ -364,7 +365,8 @@ def main() -> int:
         type=float,
         default=None,
         help="a cluster autoscaler for every node of static and packing: a node empty this long is removed "
-        "(the backtest's --scale-down-unneeded-s; 600 is cluster-autoscaler's default)",
+        "(the backtest's --scale-down-unneeded-s; 600 is cluster-autoscaler's default); the bounds pay for the "
+        "nodes they held that long",
     )
     parser.add_argument(
         "--scale-down-utilization-threshold",

@@ -26,7 +26,7 @@ class HeldCapacity:
 
     def __init__(self, hold_s: float, start_s: float, level: int):
         self.hold_s = hold_s
-        self.level = 0
+        self.level, self.since = 0, start_s
         # Earlier levels still inside the window: (when they leave it, level), levels falling, times rising.
         self.earlier: deque[tuple[float, int]] = deque([(start_s + hold_s, level)])
 
@@ -48,8 +48,11 @@ class HeldCapacity:
         """The level changes at ``now_s``; the one it leaves stays paid for ``hold_s`` more."""
         if level == self.level:
             return
+        if now_s <= self.since:  # a level that lasted no time (several changes at one instant) is never paid
+            self.level = level
+            return
         until = now_s + self.hold_s
         while self.earlier and self.earlier[-1][1] <= self.level:
             self.earlier.pop()  # lower and leaving sooner than the level now closing: never the maximum again
         self.earlier.append((until, self.level))
-        self.level = level
+        self.level, self.since = level, now_s

@@ -54,6 +54,13 @@ def test_a_level_that_returns_within_the_window_is_paid_as_if_it_never_left() ->
     assert paid == pytest.approx(4 * 400)  # 4 from 0 to 400: the gap at 200-250 is inside the hold
 
 
+def test_levels_that_last_no_time_are_not_paid() -> None:
+    # At 100 the level goes 2 -> 9 -> 1 in one instant (pods arriving together, repacked): 9 never ran.
+    held = HeldCapacity(50.0, 0.0, 0)
+    paid = _paid(held, [(0.0, 2), (100.0, 9), (100.0, 1)], until=300.0)
+    assert paid == pytest.approx(2 * 150 + 1 * 150)  # 2 until 150 (held 50 after 100), then 1
+
+
 def _one_pod(config: BacktestConfig) -> tuple[float, float]:
     pods = (TracePod("a", 1000.0, 500.0, 1, 1.0, "LS"),)
     nodes = [TraceNode("n1", 1, "T4")]
