@@ -32,9 +32,9 @@ for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``
 replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal``, ``sharing`` and
 ``sharing-forms`` pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
 summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
-``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods. Figures and their reading:
-docs/backtest.md, "One sample is weak evidence". Reads the traces from ../shared/data/traces (exits 0 with a
-message when they are absent). Asserts nothing.
+``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods.
+Figures and their reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
+../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
 """
 
 from __future__ import annotations
