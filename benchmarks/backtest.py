@@ -119,7 +119,8 @@ def the_table(scale_down_unneeded_s: float | None = None) -> None:
     if scale_down_unneeded_s is not None:
         print(
             f"an autoscaler for every policy: nodes unneeded for {scale_down_unneeded_s:.0f} s are removed "
-            "(empty, or under half their GPUs requested with their pods fitting elsewhere: drained)"
+            f"(empty, or under {base.scale_down_utilization_threshold:.0%} of their GPUs requested with their pods "
+            "fitting elsewhere: drained)"
         )
     began = time.perf_counter()
     for variant, share in SAMPLES.items():

@@ -411,11 +411,11 @@ def main() -> int:
                 for reference in ("ideal", "sharing"):
                     # The autoscaler sets what the bounds pay for (whatif.held), nothing else of theirs.
                     jobs[(variant, offset, IDEAL_FLEET, reference)] = pool.submit(
-                        run_one, variant, offset, IDEAL_FLEET, reference, None, True, autoscaler
+                        run_one, variant, offset, IDEAL_FLEET, reference, autoscaler=autoscaler
                     )
                 for fleet in dict.fromkeys(map(forms_fleet, fleets(BacktestConfig.priced()))):
                     jobs[(variant, offset, fleet, FORMS)] = pool.submit(
-                        run_one, variant, offset, fleet, FORMS, None, True, autoscaler
+                        run_one, variant, offset, fleet, FORMS, autoscaler=autoscaler
                     )
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", "packing"):

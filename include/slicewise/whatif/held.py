@@ -19,6 +19,7 @@ node-GPU-hours stay the strict yardstick.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
 
 class HeldCapacity:
@@ -35,14 +36,14 @@ class HeldCapacity:
         """The level paid for now: the current one or a higher one still inside the window."""
         return max(self.level, self.earlier[0][1]) if self.earlier else self.level
 
-    def next_change_s(self) -> float | None:
-        """When the highest earlier level leaves the window (the paid level may fall then)."""
-        return self.earlier[0][0] if self.earlier else None
-
-    def expire(self, now_s: float) -> None:
-        """Drop the earlier levels whose window has passed by ``now_s``."""
-        while self.earlier and self.earlier[0][0] <= now_s:
-            self.earlier.popleft()
+    def falls_before(self, when_s: float) -> Iterator[float]:
+        """Each instant before ``when_s`` at which the highest earlier level leaves the window, in order. At each,
+        :attr:`held` still reads the level paid up to it; the caller meters that, and the level is dropped when it
+        asks for the next."""
+        while self.earlier and (change := self.earlier[0][0]) < when_s:
+            yield change
+            while self.earlier and self.earlier[0][0] <= change:
+                self.earlier.popleft()
 
     def set(self, now_s: float, level: int) -> None:
         """The level changes at ``now_s``; the one it leaves stays paid for ``hold_s`` more."""

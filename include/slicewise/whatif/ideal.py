@@ -320,10 +320,9 @@ class IdealReplay:
 
     def _advance(self, when: float) -> None:
         """Meter the state up to ``when``, stopping where the capacity held for the autoscaler falls."""
-        held = self.state.held
-        while held is not None and (change := held.next_change_s()) is not None and change < when:
-            self.meter.advance(change, self.state, len(self.waiting))
-            held.expire(change)
+        if self.state.held is not None:
+            for change in self.state.held.falls_before(when):
+                self.meter.advance(change, self.state, len(self.waiting))
         self.meter.advance(when, self.state, len(self.waiting))
 
     # -- events ----------------------------------------------------------------------------------------

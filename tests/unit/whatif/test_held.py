@@ -29,10 +29,9 @@ def _paid(held: HeldCapacity, changes: list[tuple[float, int]], until: float) ->
     """Integrate ``held`` over [0, until) with the level changes given, stopping where it falls."""
     total, last = 0.0, 0.0
     for at, level in [*changes, (until, None)]:
-        while (change := held.next_change_s()) is not None and change < at:
+        for change in held.falls_before(at):  # as IdealReplay._advance meters it
             total += held.held * (change - last)
             last = change
-            held.expire(change)
         total += held.held * (at - last)
         last = at
         if level is not None:
