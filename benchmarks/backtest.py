@@ -28,7 +28,7 @@ from pathlib import Path
 
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.policies import parse_policies
-from slicewise.whatif.report import format_table
+from slicewise.whatif.report import format_table, paid_table
 from slicewise.whatif.run import Backtest, replay
 from slicewise.whatif.trace import hostable_on, load_nodes, load_pods, spread_sample
 
@@ -138,6 +138,7 @@ def the_table(scale_down_unneeded_s: float | None = None) -> None:
             backtest = Backtest(variant, "node list", trace, sample, config, window, results, 0.0)
             print(f"\n## {variant}, --node-share {share} ({len(sample)} nodes, {gpus} GPUs), fleet {fleet}")
             print(table(backtest))
+            print(paid_table(backtest))
             if results["static"].wait_mean_s < LONG_WAIT_S:
                 print(f"(static waits under {LONG_WAIT_S:g} s on this sample: pick a smaller share)")
     print(f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB")

@@ -392,6 +392,8 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(report.render_html(backtest))
     print(report.text_table(backtest))
+    print("\nWhere the paid GPU-hours went:")
+    print(report.paid_table(backtest))
     choices = (report.consolidation_choice, report.standby_choice, report.whole_demand_choice)
     for line in [line for choice in choices for line in choice(backtest)]:
         print(line)

@@ -241,6 +241,11 @@ class ReplayFleet:
         back."""
         return self.total_gpus - self.unbilled_gpus
 
+    @property
+    def taken(self) -> float:
+        """GPU-equivalents of the slots the running pods hold."""
+        return float(self.allocated.sum())
+
     def _account(self, node: SimNode, before: tuple[int, bool], demand: float) -> None:
         gpus, occupied = before
         self.work = max(0.0, self.work + demand)

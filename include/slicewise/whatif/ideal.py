@@ -160,6 +160,10 @@ class Packing:
     def cost_rate(self) -> float:
         return sum(node.spec.gpus * node.spec.price for node in self.open.values())
 
+    def taken(self) -> float:
+        """GPU-equivalents the placed pods hold: their asks' shares (``sharing-forms`` rounds them up to a form)."""
+        return sum(len(gpus) * share for node in self.open.values() for gpus, share in node.pods.values())
+
 
 def pack(
     nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets], pods: Iterable[tuple[int, Ask]]
@@ -205,7 +209,7 @@ class _State:
     def __init__(self, total_gpus: int, held: HeldCapacity | None = None):
         self.total_gpus = total_gpus
         self.held = held
-        self.work = 0.0
+        self.work = self.taken = 0.0
         self.busy_gpus = self.busy_node_gpus = 0
         self.busy_cost_rate = 0.0
 
@@ -221,6 +225,7 @@ class _State:
 
     def refresh(self, packing: Packing, work: float, now: float) -> None:
         self.work = work
+        self.taken = packing.taken()
         self.busy_gpus = packing.busy_gpus()
         self.busy_node_gpus = packing.node_gpus()
         self.busy_cost_rate = packing.cost_rate()

@@ -27,6 +27,9 @@ Kept beside them:
   every step and averaged. On a mostly idle fleet every policy scores near 0. Not measured for ``ideal``.
 - ``pending_time_share``: the share of time at least one pod waits; ``served_gpu_hours``: GPU-equivalent hours
   the pods ran (the same for every policy that served every pod).
+- ``paid``: where the paid GPU-hours (``service_gpu_hours``) went, in four parts that add up to them
+  (:class:`PaidSplit`): what the pods requested, what their slots held beyond it, the free capacity of the nodes
+  in use (stranded: no node can go without moving pods) and the nodes in service with no pod.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class FleetState(Protocol):
     # GPUs of the nodes the cluster pays for (not removed by an autoscaler)
     @property
     def service_gpus(self) -> int: ...
+    # GPU-equivalents of what the running pods hold: their slots (a whole GPU, a MIG slice, an MPS tenant), at
+    # least what they requested
+    @property
+    def taken(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,24 @@ def class_wait(waited: np.ndarray) -> ClassWait:
 
 
 @dataclass(frozen=True)
+class PaidSplit:
+    """Where the paid GPU-hours went (GPU-hours; the four add up to ``service_gpu_hours``)."""
+
+    requested: float  # what the running pods asked for (``served_gpu_hours``)
+    slot_slack: (
+        float  # held beyond the request: a 0.3-GPU pod on a whole GPU, a 0.4-GPU pod on a half-GPU tenant
+    )
+    free_in_use: float  # free capacity on the nodes hosting pods: stranded, since none of them can go
+    no_pods: float  # nodes in service with no pod: idle, kept ready, being reconfigured, or not yet removed
+
+    def shares(self) -> tuple[float, float, float, float]:
+        """Each part as a share of the paid GPU-hours (zeros when nothing was paid)."""
+        parts = (self.requested, self.slot_slack, self.free_in_use, self.no_pods)
+        total = sum(parts)
+        return tuple(p / total if total > 0 else 0.0 for p in parts)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
 class PolicyResult:
     policy: str
     node_gpu_hours: float
@@ -115,6 +140,7 @@ class PolicyResult:
     # sharing's are their node_gpu_hours, or with the replays' autoscaler the node-GPUs they held over its
     # unneeded time (whatif.held)
     service_gpu_hours: float = 0.0
+    paid: PaidSplit = PaidSplit(0.0, 0.0, 0.0, 0.0)
     hours: list[HourRecord] = field(default_factory=list, repr=False)
 
     def headline(self) -> dict[str, Any]:
@@ -135,7 +161,7 @@ class Meter:
         self.start = start_s
         self.nodes = nodes
         self.work = self.busy_gpus = self.node_gpus = self.cost = self.releasable = 0.0  # integrals (x s)
-        self.service = 0.0
+        self.service = self.taken = 0.0
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
         self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = self.removed = 0
@@ -167,6 +193,7 @@ class Meter:
         self.cost += fleet.busy_cost_rate * dt
         self.releasable += fleet.releasable_gpus * dt
         self.service += fleet.service_gpus * dt
+        self.taken += fleet.taken * dt
         self.hour["work"] += fleet.work * dt
         self.hour["busy"] += fleet.busy_gpus * dt
         self.hour["nodes"] += fleet.busy_node_gpus * dt
@@ -255,5 +282,11 @@ class Meter:
             nodes_added=self.added,
             nodes_removed=self.removed,
             service_gpu_hours=float(self.service / HOUR_S),
+            paid=PaidSplit(
+                requested=float(self.work / HOUR_S),
+                slot_slack=float((self.taken - self.work) / HOUR_S),
+                free_in_use=float((self.node_gpus - self.taken) / HOUR_S),
+                no_pods=float((self.service - self.node_gpus) / HOUR_S),
+            ),
             hours=self.hours,
         )

@@ -149,6 +149,35 @@ def text_table(backtest: Backtest) -> str:
     return format_table([HEADERS, *rows(backtest)])
 
 
+PAID_HEADERS = [
+    "policy",
+    "paid GPU-h",
+    "requested",
+    "slot slack",
+    "free on nodes in use",
+    "nodes with no pod",
+]
+
+
+def paid_rows(backtest: Backtest) -> list[list[str]]:
+    """Where each policy's paid GPU-hours went (:class:`~.metrics.PaidSplit`), in GPU-hours and shares of them."""
+    out = []
+    for name, r in backtest.results.items():
+        parts = (r.paid.requested, r.paid.slot_slack, r.paid.free_in_use, r.paid.no_pods)
+        out.append(
+            [
+                name,
+                f"{r.service_gpu_hours:,.0f}",
+                *(f"{part:,.0f} ({share:.0%})" for part, share in zip(parts, r.paid.shares(), strict=True)),
+            ]
+        )
+    return out
+
+
+def paid_table(backtest: Backtest) -> str:
+    return format_table([PAID_HEADERS, *paid_rows(backtest)])
+
+
 def consolidation_choice(backtest: Backtest) -> list[str]:
     """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the modes
     that waited least and those that used the fewest node-GPU-hours (ties listed together; node-GPU-hours
@@ -312,6 +341,11 @@ Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <p>"vs static (to ideal)": the change from <code>static</code> and, in brackets, its share of the way from
 <code>static</code> to <code>ideal</code> (fractional sharing on every GPU, repacked for free: the bound).
 What each figure means, the scheduler models and the policies: docs/backtest.md.</p>
+<h2>Where the paid GPU-hours went</h2>
+{table(PAID_HEADERS, paid_rows(backtest))}
+<p>What the running pods requested; what their slots held beyond it (a fractional pod on a whole GPU or a larger
+slice or tenant); free capacity on the nodes hosting pods, stranded since none of them can go without moving
+pods; and nodes paid for with no pod on them. The four add up to the paid GPU-hours.</p>
 {"".join(f"<p>{html.escape(line)}</p>" for line in choice_lines(data))}
 {images}
 </body></html>

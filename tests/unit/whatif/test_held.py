@@ -16,7 +16,7 @@ from slicewise.whatif.policies import POLICIES
 from slicewise.whatif.sharing import SharingReplay
 from slicewise.whatif.trace import TraceNode, TracePod
 
-from .test_ideal import FLEETS, TRACES
+from .test_ideal import FLEETS, TRACES, random_case
 
 CATALOG = load_catalog()
 # Empty nodes only (no utilisation threshold): a node is paid for until it has been empty for 600 s.
@@ -83,14 +83,8 @@ def test_ideal_pays_for_its_node_until_the_autoscaler_could_remove_it() -> None:
 def test_the_bound_pays_no_more_than_a_policy_that_made_no_pod_wait_under_the_same_autoscaler(
     raw: list[tuple[int, int, float, int]], fleet: tuple[int, int, bool, str]
 ) -> None:
-    count, size, mixed, model = fleet
-    nodes = [TraceNode(f"n{i}", max(1, size // 2) if mixed and i % 2 else size, "T4") for i in range(count)]
-    largest = max(n.gpus for n in nodes)
-    pods = tuple(
-        TracePod(f"p{i:02}", float(at), float(length), min(gpus, largest), share if gpus == 1 else 1.0, "LS")
-        for i, (at, length, share, gpus) in enumerate(sorted(raw))
-    )
-    config = dataclasses.replace(AUTOSCALED, gpu_model=model or None)
+    nodes, pods = random_case(raw, fleet)
+    config = dataclasses.replace(AUTOSCALED, gpu_model=fleet[3] or None)
     window = (0.0, 30_000.0)
     bound = IdealReplay(pods, nodes, CATALOG, config, window).run()
     shared = SharingReplay(pods, nodes, CATALOG, config, window).run()

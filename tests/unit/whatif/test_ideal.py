@@ -113,6 +113,22 @@ FLEETS = st.tuples(
 )
 
 
+def random_case(
+    raw: list[tuple[int, int, float, int]], fleet: tuple[int, int, bool, str]
+) -> tuple[list[TraceNode], tuple[TracePod, ...]]:
+    """The nodes and pods of one drawn ``TRACES`` x ``FLEETS`` case: ``count`` T4 nodes of ``size`` GPUs (every
+    other one half as large when ``mixed``), pods in arrival order, multi-GPU ones whole and no larger than the
+    largest node."""
+    count, size, mixed, _ = fleet
+    nodes = [TraceNode(f"n{i}", max(1, size // 2) if mixed and i % 2 else size, "T4") for i in range(count)]
+    largest = max(n.gpus for n in nodes)
+    pods = tuple(
+        pod(f"p{i:02}", float(at), float(length), share if gpus == 1 else 1.0, min(gpus, largest))
+        for i, (at, length, share, gpus) in enumerate(sorted(raw))
+    )
+    return nodes, pods
+
+
 def _first_difference(bound: np.ndarray, other: np.ndarray) -> float:
     for mine, theirs in zip(bound, other, strict=True):
         if abs(mine - theirs) > 1e-6:
@@ -135,14 +151,8 @@ def test_ideal_is_never_worse_than_any_policy_on_random_small_traces(
       running at every instant, so this is the packing alone). A policy that makes pods wait can batch them into
       fewer node-hours; its wait then shows it.
     """
-    count, size, mixed, model = fleet
-    nodes = [TraceNode(f"n{i}", max(1, size // 2) if mixed and i % 2 else size, "T4") for i in range(count)]
-    largest = max(n.gpus for n in nodes)
-    pods = tuple(
-        pod(f"p{i:02}", float(at), float(length), share if gpus == 1 else 1.0, min(gpus, largest))
-        for i, (at, length, share, gpus) in enumerate(sorted(raw))
-    )
-    config = BacktestConfig(gpu_model=model or None, eviction_cost_s=0.0)
+    nodes, pods = random_case(raw, fleet)
+    config = BacktestConfig(gpu_model=fleet[3] or None, eviction_cost_s=0.0)
     window = (0.0, 30_000.0)
     bound = IdealReplay(pods, nodes, CATALOG, config, window)
     best = bound.run()

@@ -111,3 +111,8 @@ def test_the_html_report_plots_wait_and_node_gpus_over_time_per_policy(
     assert "its share of the way from\n<code>static</code> to <code>ideal</code>" in text
     table = capsys.readouterr().out
     assert table.splitlines()[0].startswith("policy") and "ideal" in table
+    # Where the paid GPU-hours went, on the page and in the text: one row per policy.
+    assert "<h2>Where the paid GPU-hours went</h2>" in text
+    paid = table.split("Where the paid GPU-hours went:\n")[1].splitlines()
+    assert paid[0].split()[:3] == ["policy", "paid", "GPU-h"]
+    assert [row.split()[0] for row in paid[1:3]] == ["static", "ideal"]

@@ -118,6 +118,9 @@ def test_the_command_prints_one_json_object_per_policy(
             assert key in figures
         assert 0 <= figures["gpu_utilisation"] <= 1
         assert figures["fragmentation"] is None or 0 <= figures["fragmentation"] <= 1
+        paid = figures["paid"]
+        assert set(paid) == {"requested", "slot_slack", "free_in_use", "no_pods"}
+        assert sum(paid.values()) == pytest.approx(figures["service_gpu_hours"], abs=1e-4)
     assert out["policies"]["static"]["reconfigs_per_node_hour"] == 0
     assert out["trace"]["gpus"] == 10
 
