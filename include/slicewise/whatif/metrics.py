@@ -99,17 +99,16 @@ class PaidSplit:
     """Where the paid GPU-hours went (GPU-hours; the four add up to ``service_gpu_hours``)."""
 
     requested: float  # what the running pods asked for (``served_gpu_hours``)
-    slot_slack: (
-        float  # held beyond the request: a 0.3-GPU pod on a whole GPU, a 0.4-GPU pod on a half-GPU tenant
-    )
+    slot_slack: float  # held beyond the request: a 0.3-GPU pod on a whole GPU or on a half-GPU tenant
     free_in_use: float  # free capacity on the nodes hosting pods: stranded, since none of them can go
     no_pods: float  # nodes in service with no pod: idle, kept ready, being reconfigured, or not yet removed
 
     def shares(self) -> tuple[float, float, float, float]:
         """Each part as a share of the paid GPU-hours (zeros when nothing was paid)."""
-        parts = (self.requested, self.slot_slack, self.free_in_use, self.no_pods)
-        total = sum(parts)
-        return tuple(p / total if total > 0 else 0.0 for p in parts)  # type: ignore[return-value]
+        total = self.requested + self.slot_slack + self.free_in_use + self.no_pods
+        if total <= 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        return (self.requested / total, self.slot_slack / total, self.free_in_use / total, self.no_pods / total)
 
 
 @dataclass(frozen=True)
