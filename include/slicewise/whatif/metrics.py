@@ -108,7 +108,12 @@ class PaidSplit:
         total = self.requested + self.slot_slack + self.free_in_use + self.no_pods
         if total <= 0:
             return (0.0, 0.0, 0.0, 0.0)
-        return (self.requested / total, self.slot_slack / total, self.free_in_use / total, self.no_pods / total)
+        return (
+            self.requested / total,
+            self.slot_slack / total,
+            self.free_in_use / total,
+            self.no_pods / total,
+        )
 
 
 @dataclass(frozen=True)
