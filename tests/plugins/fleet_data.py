@@ -305,6 +305,7 @@ REVIEW: dict[str, Any] = {
             "node_gpu_hours": 3310.0,
             "node_gpu_hours_cut_vs_static": 0.1791,
             "service_gpu_hours": 3402.4,
+            "paid": {"requested": 2900.2, "slot_slack": 60.1, "free_in_use": 349.7, "no_pods": 92.4},
             "pods_evicted": 40,
             "still_waiting": 0,
         },

@@ -309,11 +309,12 @@ def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api,
         "3,310",
         "-18%",
         "3,402",
+        "350",
         "40",
         "0",
     ]
     assert "removes nodes empty for 600 s; with a node group shared by MPS" in page
-    assert _row(page, "whatif", "static")[5] == "-"  # a summary without paid hours
+    assert _row(page, "whatif", "static")[5:7] == ["-", "-"]  # a summary without paid hours or their split
     assert f'<a href="whatif/{fleet_data.REVIEW_FOLDER}/report.html">report.html</a>' in page
     assert _row(page, "whatif", "static")[2] == "0%"
     html = api.get(f"/slicewise/whatif/{fleet_data.REVIEW_FOLDER}/report.html")

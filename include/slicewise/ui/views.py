@@ -209,6 +209,7 @@ REVIEW_COLUMNS = (
     "node-GPU-h",
     "vs static",
     "paid GPU-h",
+    "stranded GPU-h",
     "evicted",
     "never served",
 )
@@ -258,13 +259,21 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
             number(figures.get("node_gpu_hours"), 0),
             cut(figures, "node_gpu_hours_cut"),
             number(figures.get("service_gpu_hours"), 0),
+            number(_stranded(figures), 0),
             number(figures.get("pods_evicted")),
             number(figures.get("still_waiting")),
         )
         for name, figures in part("policies").items()
         if isinstance(figures, Mapping)
     )
-    return ReviewView(facts, choice, Table(REVIEW_COLUMNS, rows, numeric=frozenset(range(1, 8))))
+    return ReviewView(facts, choice, Table(REVIEW_COLUMNS, rows, numeric=frozenset(range(1, 9))))
+
+
+def _stranded(figures: Mapping[str, Any]) -> object:
+    """GPU-hours free on nodes that hosted pods (``paid.free_in_use``); None for a review written before the
+    split existed."""
+    paid = figures.get("paid")
+    return paid.get("free_in_use") if isinstance(paid, Mapping) else None
 
 
 def _autoscaler(model: Mapping[str, Any]) -> str:
