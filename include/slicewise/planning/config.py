@@ -46,7 +46,7 @@ class PlannerConfig:
     # packing: empty nodes without MIG or MPS get PreferNoSchedule taints, one per size rank up to four
     # (planning.standby)
     standby: bool = True
-    # packing: nodes with a MIG layout or MPS that host pods are marked scale-down-disabled for cluster-autoscaler
+    # packing: nodes with a MIG layout that host pods are marked scale-down-disabled for cluster-autoscaler
     # (planning.shaped)
     keep_shaped: bool = True
     # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"

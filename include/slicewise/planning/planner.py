@@ -108,8 +108,8 @@ def plan_fleet(
         notes.append(_standby_note(listed.grades))
     if kept:
         notes.append(
-            f"kept from the autoscaler: {len(kept)} nodes with MIG or MPS that host pods are marked "
-            f"cluster-autoscaler.kubernetes.io/scale-down-disabled: {_shown(list(kept))}"
+            "kept from the autoscaler (nodes with MIG that host pods, marked "
+            f"cluster-autoscaler.kubernetes.io/scale-down-disabled): {_shown(list(kept))}"
         )
     return FleetPlan(
         policy=config.policy,

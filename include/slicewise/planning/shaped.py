@@ -1,18 +1,24 @@
-"""Shaped nodes kept from cluster-autoscaler's scale-down of nodes in use.
+"""MIG nodes kept from cluster-autoscaler's scale-down of nodes in use.
 
 cluster-autoscaler drains and removes a node whose utilisation is under its ``--scale-down-utilization-threshold``
 (0.5 by default) whenever its simulation places the node's pods elsewhere. For a GPU node it counts only
-``nvidia.com/gpu``: an MPS tenant is one unit of it, so at two tenants per GPU a node shared by MPS reads half as
-used as the GPUs its pods occupy, and a node whose GPUs are all under MIG (the mixed strategy names its instances
-``nvidia.com/mig-*``) reads 0, an "unready GPU". So the autoscaler drains the nodes the planner shaped first, and
-its simulation may move their fractional pods onto whole GPUs (docs/backtest.md, "Nodes in use under the
-utilisation threshold", has the figures).
+``nvidia.com/gpu``. A node whose GPUs are all under MIG (the mixed strategy names its instances
+``nvidia.com/mig-*``) reads 0, an "unready GPU", however full its slices, and a node split between MIG and whole
+GPUs reads its whole GPUs only. So the autoscaler drains the MIG nodes the planner shaped first, and its
+simulation may move their fractional pods onto whole GPUs (docs/backtest.md, "Nodes in use under the utilisation
+threshold", has the figures).
 
-After the plan ``packing`` lists the nodes that keep a MIG layout or MPS and host pods, for the annotation
+After the plan ``packing`` lists the nodes that keep a MIG layout and host pods, for the annotation
 ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``, which makes the autoscaler leave a node alone.
 An empty node is never listed, so the autoscaler still removes the empty ones (an emptied node leaves the list at
 the next plan), and a node this plan changes is not listed (its pods are evicted). On by default
 (``planner_keep_shaped``; off: nothing is listed, and apply mode takes the annotation off the nodes it marked).
+
+Nodes shared by MPS are not listed (until 2026-12-05 they were). The autoscaler counts an MPS tenant as one
+``nvidia.com/gpu``, so it reads such a node as under-used only when fewer than half its tenants are taken, and
+then moving its pods to other tenants is what consolidation should do. Replayed with the autoscaler, keeping them
+cost node-hours on 15 of 16 variant-fleets and gained no wait goal (docs/planner.md, "Shaped nodes and the
+autoscaler").
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ def kept_from_scale_down(planned: Sequence[Planned], plans: Mapping[str, NodePla
             item.ctx.name
             for item in planned
             if item.ctx.obs.pods
-            and (item.ctx.layout is not None or item.ctx.replicas > 1)
+            and item.ctx.layout is not None
             and plans[item.ctx.name].action not in (CHANGE, SKIP)
         )
     )

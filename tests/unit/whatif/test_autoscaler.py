@@ -201,29 +201,54 @@ def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by
     assert result.wait_by_class[FRACTIONAL].mean_s == pytest.approx(mean_wait_s)
 
 
-@pytest.mark.parametrize(("keep_shaped", "evicted", "n2_until_s"), [(True, 0, 14_800), (False, 1, 6300)])
-def test_the_planner_keeps_a_node_it_shares_by_mps_from_the_autoscalers_drain(
-    keep_shaped: bool, evicted: int, n2_until_s: float
-) -> None:
-    # n2 starts under MPS (two tenants per GPU, four in all). f, a quarter of a GPU, arrives while w and v fill
-    # n1 and takes a tenant: a utilisation of 0.25 to the autoscaler, but f fits nowhere else until v leaves at
-    # 2000 s (n1 then holds w alone: 0.5, not under). So n2 is unneeded from the step at 2100, due at 6100. The
-    # plan at 3600 s lists n2 (MPS, a pod on it) for scale-down-disabled: the autoscaler leaves it until the
-    # first plan after f ends (10,001 s), at 10,800, and removes it 4000 s later. Without the list it drains n2
-    # at the step at 6300 (f restarts at once on n1's free GPU). n1 goes 4000 s after w ends at 20,000.
+def _shaped_replay(
+    nodes: list[TraceNode], pods: tuple[TracePod, ...], start: list[tuple[str, str]], keep_shaped: bool = True
+) -> Replay:
+    """``packing`` under an autoscaler with a 4000 s unneeded time (``planner_keep_shaped`` on, as production,
+    unless said otherwise)."""
     from slicewise.planning.config import PlannerConfig
 
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, keep_shaped=keep_shaped)
     config = dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=4000.0, planner=planner)
+    return Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0), start)
+
+
+@pytest.mark.parametrize(
+    ("keep_shaped", "evicted", "paid_s"), [(True, 0, 25_600 + 14_800), (False, 1, 6300 + 24_000)]
+)
+def test_the_planner_keeps_a_node_it_split_by_mig_from_the_autoscalers_drain(
+    keep_shaped: bool, evicted: int, paid_s: float
+) -> None:
+    # Two one-GPU A100 nodes under MIG all-balanced (3g + 2g + 2 x 1g): the autoscaler reads both as 0 (no
+    # nvidia.com/gpu). a (0.4: the 3g) and b (0.25: the 2g) start on n1; f (0.25) arrives at 1 s and takes n2's
+    # 2g. When b leaves at 2000 s, a could move to n2's free 3g: n1 is unneeded from the step at 2100 (f could not
+    # move back, n1 being the one to go). Unmarked, n1 is drained at the step at 6300 (a restarts on n2 at once)
+    # and n2 goes 4000 s after a ends at 20,000. Marked by the plan at 3600 s (both host pods under MIG), nothing
+    # is drained: n2 leaves the list at the first plan after f ends (10,800 s) and is removed 4000 s later; n1 at
+    # the first plan after a ends (21,600 s), removed at 25,600.
+    nodes = [TraceNode("n1", 1, "A100-80GB"), TraceNode("n2", 1, "A100-80GB")]
+    pods = (
+        TracePod("a", 0, 20_000, 1, 0.4, "LS", ()),
+        TracePod("b", 0, 2000, 1, 0.25, "LS", ()),
+        TracePod("f", 1, 10_000, 1, 0.25, "LS", ()),
+    )
+    result = _shaped_replay(nodes, pods, [("all-balanced", "default")] * 2, keep_shaped).run()
+    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (evicted, 2, 0.0)
+    assert result.service_gpu_hours == pytest.approx(paid_s / 3600)
+
+
+def test_the_planner_leaves_a_node_it_shares_by_mps_to_the_autoscaler() -> None:
+    # n2 starts under MPS (two tenants per GPU, four in all). f, a quarter of a GPU, arrives while w and v fill
+    # n1 and takes a tenant: a utilisation of 0.25 to the autoscaler, which counts tenants. f fits nowhere else
+    # until v leaves at 2000 s (n1 then holds w alone: 0.5, not under), so n2 is unneeded from the step at 2100,
+    # and no plan marks it: drained at the step at 6300 (f restarts at once on n1's free GPU) and removed. n1 goes
+    # 4000 s after w ends at 20,000. (Until 2026-12-05 the plan marked n2 and it stayed until 14,800 s.)
     nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
     pods = (pod("w", 0, 20_000), pod("v", 0, 2000), TracePod("f", 1, 10_000, 1, 0.25, "LS", ()))
     mps = ("all-disabled", CATALOG.device_plugin_config_for(2))
-    replay = Replay(
-        POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0), [("all-disabled", "default"), mps]
-    )
-    result = replay.run()
-    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (evicted, 2, 0.0)
-    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * n2_until_s) / 3600)
+    result = _shaped_replay(nodes, pods, [("all-disabled", "default"), mps]).run()
+    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (1, 2, 0.0)
+    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * 6300) / 3600)
 
 
 class _Watched(Replay):
