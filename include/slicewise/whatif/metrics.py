@@ -103,17 +103,18 @@ class PaidSplit:
     free_in_use: float  # free capacity on the nodes hosting pods: stranded, since none of them can go
     no_pods: float  # nodes in service with no pod: idle, kept ready, being reconfigured, or not yet removed
 
+    def parts(self) -> tuple[float, float, float, float]:
+        """The four parts, in the order the report prints them."""
+        return (self.requested, self.slot_slack, self.free_in_use, self.no_pods)
+
     def shares(self) -> tuple[float, float, float, float]:
         """Each part as a share of the paid GPU-hours (zeros when nothing was paid)."""
-        total = self.requested + self.slot_slack + self.free_in_use + self.no_pods
+        parts = self.parts()
+        total = sum(parts)
         if total <= 0:
             return (0.0, 0.0, 0.0, 0.0)
-        return (
-            self.requested / total,
-            self.slot_slack / total,
-            self.free_in_use / total,
-            self.no_pods / total,
-        )
+        requested, slack, free, no_pods = (part / total for part in parts)
+        return (requested, slack, free, no_pods)
 
 
 @dataclass(frozen=True)

@@ -163,12 +163,14 @@ def paid_rows(backtest: Backtest) -> list[list[str]]:
     """Where each policy's paid GPU-hours went (:class:`~.metrics.PaidSplit`), in GPU-hours and shares of them."""
     out = []
     for name, r in backtest.results.items():
-        parts = (r.paid.requested, r.paid.slot_slack, r.paid.free_in_use, r.paid.no_pods)
         out.append(
             [
                 name,
                 f"{r.service_gpu_hours:,.0f}",
-                *(f"{part:,.0f} ({share:.0%})" for part, share in zip(parts, r.paid.shares(), strict=True)),
+                *(
+                    f"{part:,.0f} ({share:.0%})"
+                    for part, share in zip(r.paid.parts(), r.paid.shares(), strict=True)
+                ),
             ]
         )
     return out

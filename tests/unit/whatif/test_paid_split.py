@@ -24,8 +24,7 @@ HOUR = 3600.0
 
 
 def _split(result: PolicyResult) -> tuple[float, float, float, float]:
-    paid = result.paid
-    return paid.requested, paid.slot_slack, paid.free_in_use, paid.no_pods
+    return result.paid.parts()
 
 
 def _pods() -> tuple[TracePod, ...]:
