@@ -58,6 +58,7 @@ class Settings:
     planner_shared_reserve: float
     planner_standby: bool
     planner_keep_shaped: bool
+    planner_mps_release_below: float
     planner_rehome: str
     planner_eviction_cost_s: float
     planner_gpus_without_mig: bool

@@ -49,6 +49,9 @@ class PlannerConfig:
     # packing: nodes with a MIG layout that host pods are marked scale-down-disabled for cluster-autoscaler
     # (planning.shaped)
     keep_shaped: bool = True
+    # packing, with keep_shaped: nodes shared by MPS whose pods take more than this share of their tenants are
+    # marked too (1: none; 0: every one that hosts pods) (planning.shaped)
+    mps_release_below: float = 1.0
     # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"
     # (only while whole-GPU pods wait) or "off"
     rehome: str = "always"
@@ -88,6 +91,10 @@ class PlannerConfig:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
         if not 0 <= self.release_below <= 1:
             raise PlannerConfigError(f"planner_release_below must be in [0, 1], got {self.release_below}")
+        if not 0 <= self.mps_release_below <= 1:
+            raise PlannerConfigError(
+                f"planner_mps_release_below must be in [0, 1], got {self.mps_release_below}"
+            )
         if not 0 <= self.shared_reserve <= 100 or math.isnan(self.shared_reserve):
             raise PlannerConfigError(f"planner_shared_reserve must be in [0, 100], got {self.shared_reserve}")
 
@@ -110,6 +117,7 @@ class PlannerConfig:
             shared_reserve=settings.planner_shared_reserve,
             standby=settings.planner_standby,
             keep_shaped=settings.planner_keep_shaped,
+            mps_release_below=settings.planner_mps_release_below,
             rehome=settings.planner_rehome,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,

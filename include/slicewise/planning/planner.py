@@ -99,7 +99,11 @@ def plan_fleet(
     final = {plan.node: plan for plan in budgeted}
     shaping = config.policy == "packing" and acting
     listed = standby(planned, final) if shaping and config.standby else Standby()
-    kept = kept_from_scale_down(planned, final) if shaping and config.keep_shaped else ()
+    kept = (
+        kept_from_scale_down(planned, final, config.mps_release_below)
+        if shaping and config.keep_shaped
+        else ()
+    )
     moves = rehome(planned, final, pool, config) if shaping else ()
     notes += _releasable(planned, plans)
     if moves:
@@ -107,8 +111,13 @@ def plan_fleet(
     if listed.grades:
         notes.append(_standby_note(listed.grades))
     if kept:
+        mps = (
+            f", and nodes shared by MPS with more than {config.mps_release_below:.0%} of their tenants taken"
+            if config.mps_release_below < 1
+            else ""
+        )
         notes.append(
-            "kept from the autoscaler (nodes with MIG that host pods, marked "
+            f"kept from the autoscaler (nodes with MIG that host pods{mps}, marked "
             f"cluster-autoscaler.kubernetes.io/scale-down-disabled): {_shown(list(kept))}"
         )
     return FleetPlan(

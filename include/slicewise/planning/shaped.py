@@ -14,29 +14,47 @@ An empty node is never listed, so the autoscaler still removes the empty ones (a
 the next plan), and a node this plan changes is not listed (its pods are evicted). On by default
 (``planner_keep_shaped``; off: nothing is listed, and apply mode takes the annotation off the nodes it marked).
 
-Nodes shared by MPS are not listed (until 2026-12-05 they were). The autoscaler counts an MPS tenant as one
-``nvidia.com/gpu``, so it reads such a node as under-used only when fewer than half its tenants are taken, and
+Nodes shared by MPS are not listed by default (until 2026-12-05 they were). The autoscaler counts an MPS tenant as
+one ``nvidia.com/gpu``, so it reads such a node as under-used only when fewer than half its tenants are taken, and
 then moving its pods to other tenants is what consolidation should do. Replayed with the autoscaler, leaving them
 to it raised the node-hour share of the bound's cut on 14 of 16 variant-fleets, with the wait goal on as many
-samples (docs/planner.md, "Shaped nodes and the autoscaler").
+samples (docs/planner.md, "Shaped nodes and the autoscaler"). The price is waiting where the drained tenants land
+on whole GPUs that pods needing several GPUs then miss, so ``planner_mps_release_below`` (``mps_release_below``)
+also lists the MPS nodes whose pods take more than that share of their tenants, as the autoscaler reads them
+(``nvidia.com/gpu`` requested over tenants): 0 lists every MPS node that hosts pods, 1 (the default) none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.planning.consolidation import Planned
+from slicewise.planning.node import NodeContext
 from slicewise.planning.types import CHANGE, SKIP, NodePlan
 
 
-def kept_from_scale_down(planned: Sequence[Planned], plans: Mapping[str, NodePlan]) -> tuple[str, ...]:
-    """The nodes to mark ``scale-down-disabled``, in name order (``plans``: every node's final plan)."""
+def kept_from_scale_down(
+    planned: Sequence[Planned], plans: Mapping[str, NodePlan], mps_release_below: float = 1.0
+) -> tuple[str, ...]:
+    """The nodes to mark ``scale-down-disabled``, in name order (``plans``: every node's final plan): those with a
+    MIG layout that host pods, and those shared by MPS whose pods take more than ``mps_release_below`` of their
+    tenants."""
     return tuple(
         sorted(
             item.ctx.name
             for item in planned
             if item.ctx.obs.pods
-            and item.ctx.layout is not None
+            and (item.ctx.layout is not None or tenants_taken(item.ctx) > mps_release_below)
             and plans[item.ctx.name].action not in (CHANGE, SKIP)
         )
     )
+
+
+def tenants_taken(ctx: NodeContext) -> float:
+    """The share of an MPS node's tenants its pods take, as cluster-autoscaler reads its utilisation
+    (``nvidia.com/gpu`` requested over allocatable); 0 for a node not shared by MPS."""
+    if ctx.replicas <= 1 or ctx.layout is not None:
+        return 0.0
+    taken = sum(pod.requests.get(GPU_RESOURCE, 0) for pod in ctx.obs.pods)
+    return taken / (ctx.gpus * ctx.replicas)

@@ -120,8 +120,15 @@ def register(subparsers: Any) -> None:
         "--keep-shaped",
         action=argparse.BooleanOptionalAction,
         default=PlannerConfig().keep_shaped,
-        help="the planner marks nodes with MIG or MPS that host pods scale-down-disabled, so the replay's autoscaler "
+        help="the planner marks nodes with MIG that host pods scale-down-disabled, so the replay's autoscaler "
         "(--scale-down-unneeded-s) does not drain them (planner_keep_shaped; default as production)",
+    )
+    parser.add_argument(
+        "--mps-release-below",
+        type=float,
+        default=PlannerConfig().mps_release_below,
+        help="with --keep-shaped: nodes shared by MPS whose pods take more than this share of their tenants are "
+        "marked too (planner_mps_release_below; 1, as production: none; 0: every one that hosts pods)",
     )
     parser.add_argument(
         "--rehome",
@@ -309,6 +316,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--scale-down-utilization-threshold must be in [0, 1]")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
+    if not 0 <= args.mps_release_below <= 1:
+        raise ValueError("--mps-release-below must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
         raise ValueError("--shared-reserve must be in [0, 100]")
     if args.days is not None and args.days <= 0:
@@ -344,6 +353,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             shared_reserve=args.shared_reserve,
             standby=args.standby,
             keep_shaped=args.keep_shaped,
+            mps_release_below=args.mps_release_below,
             rehome=args.rehome,
             whole_gpu_demand=args.whole_gpu_demand,
         ),

@@ -67,6 +67,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "shared_reserve": config.planner.shared_reserve,
                 "standby": config.planner.standby,
                 "keep_shaped": config.planner.keep_shaped,
+                "mps_release_below": config.planner.mps_release_below,
                 "rehome": config.planner.rehome,
                 "whole_gpu_demand": config.planner.whole_gpu_demand,
             },

@@ -120,5 +120,7 @@ def test_bad_planner_settings_are_refused() -> None:
         PlannerConfig(low_util=0.9, high_util=0.5)
     with pytest.raises(PlannerConfigError, match="planner_release_below"):
         PlannerConfig(release_below=1.5)
+    with pytest.raises(PlannerConfigError, match="planner_mps_release_below must be in"):
+        PlannerConfig(mps_release_below=-0.1)
     with pytest.raises(PlannerConfigError, match="planner_whole_gpu_demand must be one of"):
         PlannerConfig(whole_gpu_demand="p90")

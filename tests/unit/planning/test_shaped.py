@@ -1,6 +1,7 @@
 """The nodes kept from cluster-autoscaler's scale-down (``planner_keep_shaped``): the nodes with a MIG layout that
 host pods, which the autoscaler would read as unused (MIG-only nodes advertise no ``nvidia.com/gpu``) and drain.
-Nodes shared by MPS are left to it: it counts their tenants."""
+Nodes shared by MPS are left to it, which counts their tenants, unless their pods take more than
+``planner_mps_release_below`` of them."""
 
 from __future__ import annotations
 
@@ -47,3 +48,35 @@ def test_nodes_with_mig_that_host_pods_are_listed_and_no_others(catalog: Catalog
     off = plan(catalog, observations, dataclasses.replace(STILL, keep_shaped=False))
     assert off.scale_down_disabled == ()
     assert not [n for n in off.notes if n.startswith("kept from the autoscaler")]
+
+
+def test_mps_nodes_above_planner_mps_release_below_are_listed_too(catalog: Catalog) -> None:
+    # Three T4 nodes of two GPUs under MPS, two tenants per GPU (four in all), with one, two and four tenants
+    # taken: 0.25, 0.5 and 1 as the autoscaler reads them. A node at exactly the setting is left to it.
+    mps = catalog.device_plugin_config_for(2)
+
+    def shared(name: str, taken: int) -> NodeObservation:
+        pods = [pod(f"{name}-{k}", name, GPU) for k in range(taken)]
+        return observe(node(name, "T4-16GB", "all-disabled", mps, 2), *pods)
+
+    observations = [
+        shared("mps-quarter", 1),
+        shared("mps-half", 2),
+        shared("mps-full", 4),
+        observe(node("mig-busy"), pod("b-1", "mig-busy", "nvidia.com/mig-1g.10gb")),
+    ]
+    listed = {
+        below: plan(catalog, observations, dataclasses.replace(STILL, mps_release_below=below))
+        for below in (1.0, 0.5, 0.25, 0.0)
+    }
+    assert {below: result.scale_down_disabled for below, result in listed.items()} == {
+        1.0: ("mig-busy",),
+        0.5: ("mig-busy", "mps-full"),
+        0.25: ("mig-busy", "mps-full", "mps-half"),
+        0.0: ("mig-busy", "mps-full", "mps-half", "mps-quarter"),
+    }
+    assert [n for n in listed[0.25].notes if n.startswith("kept from the autoscaler")] == [
+        "kept from the autoscaler (nodes with MIG that host pods, and nodes shared by MPS with more than 25% of "
+        "their tenants taken, marked cluster-autoscaler.kubernetes.io/scale-down-disabled): mig-busy, mps-full, "
+        "mps-half"
+    ]

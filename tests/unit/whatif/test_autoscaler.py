@@ -202,13 +202,22 @@ def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by
 
 
 def _shaped_replay(
-    nodes: list[TraceNode], pods: tuple[TracePod, ...], start: list[tuple[str, str]], keep_shaped: bool = True
+    nodes: list[TraceNode],
+    pods: tuple[TracePod, ...],
+    start: list[tuple[str, str]],
+    keep_shaped: bool = True,
+    mps_release_below: float = 1.0,
 ) -> Replay:
-    """``packing`` under an autoscaler with a 4000 s unneeded time (``planner_keep_shaped`` on, as production,
-    unless said otherwise)."""
+    """``packing`` under an autoscaler with a 4000 s unneeded time (``planner_keep_shaped`` on and
+    ``planner_mps_release_below`` 1, as production, unless said otherwise)."""
     from slicewise.planning.config import PlannerConfig
 
-    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, keep_shaped=keep_shaped)
+    planner = PlannerConfig(
+        fallback="baseline",
+        eviction_cost_s=0.0,
+        keep_shaped=keep_shaped,
+        mps_release_below=mps_release_below,
+    )
     config = dataclasses.replace(AUTOSCALED, scale_down_unneeded_s=4000.0, planner=planner)
     return Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0), start)
 
@@ -237,18 +246,28 @@ def test_the_planner_keeps_a_node_it_split_by_mig_from_the_autoscalers_drain(
     assert result.service_gpu_hours == pytest.approx(paid_s / 3600)
 
 
-def test_the_planner_leaves_a_node_it_shares_by_mps_to_the_autoscaler() -> None:
+@pytest.mark.parametrize(
+    ("mps_release_below", "evicted", "n2_paid_s"), [(1.0, 1, 6300), (0.25, 1, 6300), (0.2, 0, 14_800)]
+)
+def test_the_planner_leaves_a_node_it_shares_by_mps_to_the_autoscaler_under_its_setting(
+    mps_release_below: float, evicted: int, n2_paid_s: float
+) -> None:
     # n2 starts under MPS (two tenants per GPU, four in all). f, a quarter of a GPU, arrives while w and v fill
     # n1 and takes a tenant: a utilisation of 0.25 to the autoscaler, which counts tenants. f fits nowhere else
-    # until v leaves at 2000 s (n1 then holds w alone: 0.5, not under), so n2 is unneeded from the step at 2100,
-    # and no plan marks it: drained at the step at 6300 (f restarts at once on n1's free GPU) and removed. n1 goes
-    # 4000 s after w ends at 20,000. (Until 2026-12-05 the plan marked n2 and it stayed until 14,800 s.)
+    # until v leaves at 2000 s (n1 then holds w alone: 0.5, not under), so n2 is unneeded from the step at 2100.
+    # With planner_mps_release_below at 0.25 or more (1, as production) no plan marks it: drained at the step at
+    # 6300 (f restarts at once on n1's free GPU) and removed. Under 0.25 the plan at 3600 s marks it (f takes
+    # more than that share of its tenants): kept until the first plan after f ends (10,800 s), removed 4000 s
+    # later. n1 goes 4000 s after w ends at 20,000.
     nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
     pods = (pod("w", 0, 20_000), pod("v", 0, 2000), TracePod("f", 1, 10_000, 1, 0.25, "LS", ()))
     mps = ("all-disabled", CATALOG.device_plugin_config_for(2))
-    result = _shaped_replay(nodes, pods, [("all-disabled", "default"), mps]).run()
-    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (1, 2, 0.0)
-    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * 6300) / 3600)
+    replay = _shaped_replay(
+        nodes, pods, [("all-disabled", "default"), mps], mps_release_below=mps_release_below
+    )
+    result = replay.run()
+    assert (result.pods_evicted, result.nodes_removed, result.wait_mean_s) == (evicted, 2, 0.0)
+    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * n2_paid_s) / 3600)
 
 
 class _Watched(Replay):
