@@ -51,7 +51,7 @@ class PlannerConfig:
     keep_shaped: bool = True
     # packing, with keep_shaped: nodes shared by MPS whose pods take more than this share of their tenants are
     # marked too (1: none; 0: every one that hosts pods) (planning.shaped)
-    mps_release_below: float = 1.0
+    mps_release_below: float = 0.25
     # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"
     # (only while whole-GPU pods wait) or "off"
     rehome: str = "always"

@@ -128,7 +128,7 @@ def register(subparsers: Any) -> None:
         type=float,
         default=PlannerConfig().mps_release_below,
         help="with --keep-shaped: nodes shared by MPS whose pods take more than this share of their tenants are "
-        "marked too (planner_mps_release_below; 1, as production: none; 0: every one that hosts pods)",
+        "marked too (planner_mps_release_below; default 0.25, as production; 1: none; 0: every one that hosts pods)",
     )
     parser.add_argument(
         "--rehome",

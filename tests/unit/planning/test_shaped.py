@@ -39,11 +39,12 @@ def test_nodes_with_mig_that_host_pods_are_listed_and_no_others(catalog: Catalog
         observe(node("mps-empty", "T4-16GB", "all-disabled", mps, 2)),
     ]
     result = plan(catalog, observations)
-    # mps-busy is left to the autoscaler, which counts its tenants: one of four taken reads 0.25.
+    # mps-busy is left to the autoscaler, which counts its tenants: one of four taken reads 0.25, not more than
+    # planner_mps_release_below.
     assert result.scale_down_disabled == ("mig-busy",)
     assert [n for n in result.notes if n.startswith("kept from the autoscaler")] == [
-        "kept from the autoscaler (nodes with MIG that host pods, marked "
-        "cluster-autoscaler.kubernetes.io/scale-down-disabled): mig-busy"
+        "kept from the autoscaler (nodes with MIG that host pods, and nodes shared by MPS with more than 25% of "
+        "their tenants taken, marked cluster-autoscaler.kubernetes.io/scale-down-disabled): mig-busy"
     ]
     off = plan(catalog, observations, dataclasses.replace(STILL, keep_shaped=False))
     assert off.scale_down_disabled == ()
@@ -79,4 +80,8 @@ def test_mps_nodes_above_planner_mps_release_below_are_listed_too(catalog: Catal
         "kept from the autoscaler (nodes with MIG that host pods, and nodes shared by MPS with more than 25% of "
         "their tenants taken, marked cluster-autoscaler.kubernetes.io/scale-down-disabled): mig-busy, mps-full, "
         "mps-half"
+    ]
+    assert [n for n in listed[1.0].notes if n.startswith("kept from the autoscaler")] == [
+        "kept from the autoscaler (nodes with MIG that host pods, marked "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled): mig-busy"
     ]

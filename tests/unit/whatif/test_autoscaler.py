@@ -206,10 +206,10 @@ def _shaped_replay(
     pods: tuple[TracePod, ...],
     start: list[tuple[str, str]],
     keep_shaped: bool = True,
-    mps_release_below: float = 1.0,
+    mps_release_below: float = 0.25,
 ) -> Replay:
     """``packing`` under an autoscaler with a 4000 s unneeded time (``planner_keep_shaped`` on and
-    ``planner_mps_release_below`` 1, as production, unless said otherwise)."""
+    ``planner_mps_release_below`` 0.25, as production, unless said otherwise)."""
     from slicewise.planning.config import PlannerConfig
 
     planner = PlannerConfig(
@@ -255,7 +255,7 @@ def test_the_planner_leaves_a_node_it_shares_by_mps_to_the_autoscaler_under_its_
     # n2 starts under MPS (two tenants per GPU, four in all). f, a quarter of a GPU, arrives while w and v fill
     # n1 and takes a tenant: a utilisation of 0.25 to the autoscaler, which counts tenants. f fits nowhere else
     # until v leaves at 2000 s (n1 then holds w alone: 0.5, not under), so n2 is unneeded from the step at 2100.
-    # With planner_mps_release_below at 0.25 or more (1, as production) no plan marks it: drained at the step at
+    # With planner_mps_release_below at 0.25 (as production) or more no plan marks it: drained at the step at
     # 6300 (f restarts at once on n1's free GPU) and removed. Under 0.25 the plan at 3600 s marks it (f takes
     # more than that share of its tenants): kept until the first plan after f ends (10,800 s), removed 4000 s
     # later. n1 goes 4000 s after w ends at 20,000.

@@ -178,9 +178,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert scaled["model"]["planner"]["keep_shaped"] is True  # planner_keep_shaped, as production
     assert main([*args, "--scale-down-unneeded-s", "600", "--no-keep-shaped"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["keep_shaped"] is False
-    assert scaled["model"]["planner"]["mps_release_below"] == 1.0  # planner_mps_release_below, as production
-    assert main([*args, "--scale-down-unneeded-s", "600", "--mps-release-below", "0.25"]) == 0
-    assert json.loads(capsys.readouterr().out)["model"]["planner"]["mps_release_below"] == 0.25
+    assert scaled["model"]["planner"]["mps_release_below"] == 0.25  # planner_mps_release_below, as production
+    assert main([*args, "--scale-down-unneeded-s", "600", "--mps-release-below", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["mps_release_below"] == 1.0
     assert scaled["model"]["planner"]["rehome"] == "always"  # planner_rehome, as production
     assert main([*args, "--rehome", "waiting"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["rehome"] == "waiting"
