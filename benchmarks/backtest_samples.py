@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/backtest_samples.py --no-prefer-shared   # fractional pods ignore MPS nodes
     .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600   # an autoscaler for every node
     .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600 --no-shared-node-group
+    .venv/bin/python benchmarks/backtest_samples.py --policy oracle   # judge the planner's view: reactive, oracle
 
 ``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
@@ -33,6 +34,9 @@ replays ``static`` and ``packing`` with a cluster autoscaler for every node (and
 ``sharing-forms`` pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
 summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
 ``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods.
+``--policy reactive`` or ``--policy oracle`` judges the same planner acting on what waits now or on the true next
+hour instead of ``packing``'s last hour (the tables then name that policy where they say ``packing``), so where
+foresight pays is measured over the samples too.
 Figures and their reading: docs/backtest.md, "One sample is weak evidence". Reads the traces from
 ../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
 """
@@ -78,6 +82,8 @@ SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
 IDEAL_FLEET = "any"
 # sharing-forms depends on the GPU models (their MIG slices and MPS limits): one run per model mapping
 FORMS = SHARING_FORMS
+#: The planner policies ``--policy`` may judge: the same planner on the last hour, on now, on the true next hour.
+JUDGED = ("packing", "reactive", "oracle")
 
 
 @dataclass(frozen=True)
@@ -225,11 +231,16 @@ class Tally:
 
 
 def report(
-    variant: str, samples: dict[int, dict[tuple[str, str], Figures]], tally: Tally, paid: bool = False
+    variant: str,
+    samples: dict[int, dict[tuple[str, str], Figures]],
+    tally: Tally,
+    paid: bool = False,
+    judged: str = "packing",
 ) -> list[str]:
     """The per-sample table and the per-fleet summary of one variant, as printed lines; the goals counted into
     ``tally``. ``paid``: add the share of ``ideal``'s cut in paid GPU-hours (with an autoscaler for every node;
-    without one ``static`` pays for the whole fleet, and the share says nothing)."""
+    without one ``static`` pays for the whole fleet, and the share says nothing). ``judged``: the planner policy
+    replayed beside ``static`` (``packing``, ``reactive`` or ``oracle``)."""
     rows = [
         [
             "offset",
@@ -237,9 +248,9 @@ def report(
             "pods",
             "fleet",
             "static wait s",
-            "packing wait (ideal's)",
+            f"{judged} wait (ideal's)",
             "static s: frac / 1 / multi",
-            "packing s",
+            f"{judged} s",
             "ideal s",
             "sharing s",
             "node-GPU-h (ideal's)",
@@ -272,7 +283,7 @@ def report(
                 figures[(f, p)]
                 for f, p in (
                     (fleet, "static"),
-                    (fleet, "packing"),
+                    (fleet, judged),
                     (IDEAL_FLEET, "ideal"),
                     (IDEAL_FLEET, "sharing"),
                 )
@@ -355,6 +366,13 @@ def main() -> int:
         "--planner", action="append", default=[], metavar="FIELD=VALUE", help="packing's PlannerConfig field"
     )
     parser.add_argument(
+        "--policy",
+        choices=JUDGED,
+        default="packing",
+        help="the planner policy judged against static: packing (the last hour, as production), reactive (what "
+        "waits now) or oracle (the true next hour); --planner applies to it",
+    )
+    parser.add_argument(
         "--no-prefer-shared",
         dest="prefer_shared",
         action="store_false",
@@ -418,14 +436,14 @@ def main() -> int:
                         run_one, variant, offset, fleet, FORMS, autoscaler=autoscaler
                     )
                 for fleet in fleets(BacktestConfig.priced()):
-                    for policy in ("static", "packing"):
+                    for policy in ("static", args.policy):
                         jobs[(variant, offset, fleet, policy)] = pool.submit(
                             run_one,
                             variant,
                             offset,
                             fleet,
                             policy,
-                            planner if policy == "packing" else None,
+                            planner if policy == args.policy else None,
                             args.prefer_shared,
                             autoscaler,
                         )
@@ -437,6 +455,7 @@ def main() -> int:
             if v == variant:
                 samples.setdefault(offset, {})[(fleet, policy)] = figures
         changed = ", ".join(f"{k}={v}" for k, v in planner.items()) or "as shipped"
+        changed += "" if args.policy == "packing" else f"; {args.policy} judged instead of packing"
         changed += "" if args.prefer_shared else "; fractional pods do not prefer MPS nodes"
         if args.scale_down_unneeded_s is not None:
             changed += f"; an autoscaler removes nodes empty for {args.scale_down_unneeded_s:.0f} s"
@@ -448,7 +467,7 @@ def main() -> int:
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )
-        print("\n".join(report(variant, samples, tally, args.scale_down_unneeded_s is not None)))
+        print("\n".join(report(variant, samples, tally, args.scale_down_unneeded_s is not None, args.policy)))
     print(f"\n{tally.describe()}")
     print(
         f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB (this process)"
