@@ -22,7 +22,7 @@ default), and moving the pods of a nearly empty one to other tenants is the cons
 But the drained tenants may restart on whole GPUs, which pods that need several GPUs then miss. Replayed with the
 autoscaler over six samples per variant (docs/planner.md, "Shaped nodes and the autoscaler"): leaving every MPS node
 to it (1) raised the node-hour share of the bound's cut on 14 of 16 variant-fleets against marking them all (0),
-and cost `default` with the bin-packing profile 10 points of its median wait cut; 0.25 keeps that wait cut and most
+and cost ``default`` with the bin-packing profile 10 points of its median wait cut; 0.25 keeps that wait cut and most
 of the node-hours; 0.125 loses node-hours again.
 """
 
@@ -37,7 +37,7 @@ from slicewise.planning.types import CHANGE, SKIP, NodePlan
 
 
 def kept_from_scale_down(
-    planned: Sequence[Planned], plans: Mapping[str, NodePlan], mps_release_below: float = 1.0
+    planned: Sequence[Planned], plans: Mapping[str, NodePlan], mps_release_below: float
 ) -> tuple[str, ...]:
     """The nodes to mark ``scale-down-disabled``, in name order (``plans``: every node's final plan): those with a
     MIG layout that host pods, and those shared by MPS whose pods take more than ``mps_release_below`` of their
