@@ -58,5 +58,4 @@ def tenants_taken(ctx: NodeContext) -> float:
     (``nvidia.com/gpu`` requested over allocatable); 0 for a node not shared by MPS."""
     if ctx.replicas <= 1 or ctx.layout is not None:
         return 0.0
-    taken = sum(pod.requests.get(GPU_RESOURCE, 0) for pod in ctx.obs.pods)
-    return taken / (ctx.gpus * ctx.replicas)
+    return ctx.requests()[GPU_RESOURCE] / (ctx.gpus * ctx.replicas)
