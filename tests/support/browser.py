@@ -159,7 +159,8 @@ def chromium(run_dir: Path, width: int, height: int, binary: str | None = None) 
         f"--user-data-dir={profile}",
         "about:blank",
     ]
-    process = processes.start("chromium", argv, port=0, url="", run_dir=run_dir)
+    # Chromium's process-singleton files go to TMPDIR; under run_dir they leave with the test's files.
+    process = processes.start("chromium", argv, port=0, url="", run_dir=run_dir, env={"TMPDIR": str(run_dir)})
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
