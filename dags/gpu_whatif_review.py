@@ -6,21 +6,18 @@ Every Monday at 02:30 UTC, replays the **previous 7 days of this cluster's valid
 `packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings), `packing` once more with
 `planner_standby` the other way round and once with the other `planner_whole_gpu_demand`, and `ideal` (the bound),
 and publishes the comparison: what Slicewise's decisions would have bought on this cluster's own load, which
-`planner_consolidation` waited least and which used the fewest node-GPU-hours, and what the standby and
-whole-GPU demand settings trade (docs/backtest.md, "The what-if review").
+`planner_consolidation` waited least and which used the fewest node-GPU-hours, and what the standby, whole-GPU
+demand and (with an autoscaler) MPS release settings trade (docs/backtest.md, "The what-if review").
 
 | task | does |
 |---|---|
-| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs the consolidation, standby and whole-GPU demand choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
+| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs those choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
 
-Params: `days` (window length, default 7), `until` (`YYYY-MM-DDTHH`, UTC, default: this run's hour),
-`scheduler` (the scheduler model: `spread`, Kubernetes' default profile, or `binpack` if the cluster runs the
-bin-packing profile Slicewise ships; `first-fit`), `consolidation` (`all`, or comma-separated modes),
-`compare_standby`, `compare_whole_gpu_demand` (default true), `scale_down_unneeded_s` (the cluster autoscaler's
-unneeded time, to replay it for every node; default none), `scale_down_utilization_threshold` (its threshold
-under which a node in use whose pods fit elsewhere is drained too; default 0.5, 0: empty nodes only),
-`scale_down_delay_after_add_s` (how long after a scale-up it removes nothing; default 600), `shared_node_group` (the cluster has a node group shared by MPS that the autoscaler adds nodes from for fractional
-pods; default true).
+Params (each described in the trigger form; docs/backtest.md, "The what-if review", has the table): `days`,
+`until`, `scheduler`, `prefer_shared`, `consolidation`, `compare_standby`, `compare_whole_gpu_demand`,
+`compare_mps_release_below` (values of `planner_mps_release_below` to replay `packing` with, when the autoscaler is
+replayed; default 0 and 1), and the cluster autoscaler's `scale_down_unneeded_s` (default none: no autoscaler),
+`scale_down_utilization_threshold`, `scale_down_delay_after_add_s` and `shared_node_group`.
 """
 
 from __future__ import annotations
@@ -81,6 +78,12 @@ from slicewise.errors import task_outcome
             type="boolean",
             description="Replay packing once more with the other planner_whole_gpu_demand.",
         ),
+        "compare_mps_release_below": Param(
+            [0, 1],
+            type="array",
+            items={"type": "number", "minimum": 0, "maximum": 1},
+            description="With scale_down_unneeded_s: replay packing once more per planner_mps_release_below value.",
+        ),
         "scale_down_unneeded_s": Param(
             None,
             type=["null", "number"],
@@ -137,6 +140,7 @@ def gpu_whatif_review() -> None:
             params.get("shared_node_group", True),
             params.get("scale_down_utilization_threshold", 0.5),
             params.get("scale_down_delay_after_add_s", 600),
+            params.get("compare_mps_release_below", [0, 1]),
         )
         for line in choice_lines(summary):
             logging.getLogger(__name__).info("%s", line)

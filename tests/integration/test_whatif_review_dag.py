@@ -49,7 +49,10 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
         days=1,
         until="2026-11-24T12",
         scheduler="binpack",
-        consolidation="off,nodes",
+        consolidation="whole-gpus,nodes",
+        compare_standby=False,
+        compare_whole_gpu_demand=False,
+        compare_mps_release_below=[1],
         scale_down_unneeded_s=600,
         scale_down_utilization_threshold=0.25,
         scale_down_delay_after_add_s=120,
@@ -58,7 +61,15 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
     folder = root / "whatif" / "2026-11-23T12_2026-11-24T12"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["hours"] == {"read": 3, "missing_or_quarantined": 21, "unreadable": 0}
-    assert list(summary["policies"]) == ["static", "packing/off", "packing/nodes", "ideal"]
+    assert list(summary["policies"]) == [
+        "static",
+        "packing/whole-gpus",
+        "packing/nodes",
+        "packing, MPS release below 1",  # the Param's value, in the cluster's mode (whole-gpus)
+        "ideal",
+    ]
+    [line] = summary["mps_release_choice"]
+    assert line.startswith("packing with MPS release below 0.25 (the setting): ")
     assert summary["model"]["scheduler"] == "binpack"
     # The autoscaler Params reach the replay.
     assert (

@@ -282,6 +282,10 @@ REVIEW: dict[str, Any] = {
         "packing with whole GPUs for median (the setting): 41 s mean wait, 3,402 node-GPU-hours; whole GPUs for "
         "pending-now: 37 s (-9.8%), 3,410 node-GPU-hours (+0.2%)"
     ],
+    "mps_release_choice": [
+        "packing with MPS release below 0.25 (the setting): 41 s mean wait, 3,402 node-GPU-hours; MPS release "
+        "below 1: 52 s (+26.8%), 3,398 node-GPU-hours (-0.1%); paid GPU-hours 3,950 with the setting, 3,921 (-0.7%)"
+    ],
     "policies": {
         "static": {
             "wait_mean_s": 912.4,

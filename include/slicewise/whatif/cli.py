@@ -151,6 +151,15 @@ def register(subparsers: Any) -> None:
         "(mean wait, node-GPU-hours)",
     )
     parser.add_argument(
+        "--compare-mps-release-below",
+        type=float,
+        nargs="+",
+        metavar="V",
+        help="with --scale-down-unneeded-s and --keep-shaped: replay packing once more per value of "
+        "--mps-release-below given (other than the setting), and print what the setting trades (mean wait, "
+        "node-GPU-hours, paid GPU-hours)",
+    )
+    parser.add_argument(
         "--compare-standby",
         action="store_true",
         help="replay packing once more with --standby the other way round, and print what the setting trades "
@@ -255,6 +264,26 @@ def run_backtest(args: argparse.Namespace) -> int:
     return _replay(args, inputs, began)
 
 
+def _mps_release_values(args: argparse.Namespace) -> bool:
+    """Whether ``--compare-mps-release-below`` was given, checked: ValueError where the replays could not
+    differ (no autoscaler or no ``--keep-shaped``: nothing reads the marks) or a value is out of range."""
+    values = args.compare_mps_release_below
+    if not values:
+        return False
+    if any(not 0 <= v <= 1 for v in values):
+        raise ValueError("--compare-mps-release-below values must be in [0, 1]")
+    if args.scale_down_unneeded_s is None or not args.keep_shaped:
+        raise ValueError(
+            "--compare-mps-release-below needs --scale-down-unneeded-s and --keep-shaped: without an autoscaler "
+            "that reads the planner's scale-down-disabled marks every value replays the same"
+        )
+    if all(v == args.mps_release_below for v in values):
+        raise ValueError(
+            f"--compare-mps-release-below: give a value other than the setting ({args.mps_release_below:g})"
+        )
+    return True
+
+
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Everything the three modes share, checked: ValueError / TraceError / CatalogError on bad input."""
     import dataclasses
@@ -266,6 +295,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     from slicewise.whatif.policies import (
         parse_policies,
         per_consolidation,
+        with_mps_release_compared,
         with_standby_flipped,
         with_whole_demand_flipped,
     )
@@ -285,6 +315,15 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             "--compare-whole-gpu-demand",
             args.compare_whole_gpu_demand,
             partial(with_whole_demand_flipped, rule=args.whole_gpu_demand),
+        ),
+        (
+            "--compare-mps-release-below",
+            _mps_release_values(args),
+            partial(
+                with_mps_release_compared,
+                values=args.compare_mps_release_below or (),
+                setting=args.mps_release_below,
+            ),
         ),
     )
     for flag, asked, flip in flips:
@@ -404,7 +443,12 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     print(report.text_table(backtest))
     print("\nWhere the paid GPU-hours went:")
     print(report.paid_table(backtest))
-    choices = (report.consolidation_choice, report.standby_choice, report.whole_demand_choice)
+    choices = (
+        report.consolidation_choice,
+        report.standby_choice,
+        report.whole_demand_choice,
+        report.mps_release_choice,
+    )
     for line in [line for choice in choices for line in choice(backtest)]:
         print(line)
     print(

@@ -144,6 +144,11 @@ class Replay:
             consolidation=policy.consolidation or config.planner.consolidation,
             standby=config.planner.standby if policy.standby is None else policy.standby,
             whole_gpu_demand=policy.whole_gpu_demand or config.planner.whole_gpu_demand,
+            mps_release_below=(
+                config.planner.mps_release_below
+                if policy.mps_release_below is None
+                else policy.mps_release_below
+            ),
         )
         self.start, self.end = window
         models = config.fleet_models(nodes, catalog)

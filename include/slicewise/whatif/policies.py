@@ -45,6 +45,7 @@ class Policy:
     consolidation: str | None = None  # planner_consolidation for this policy; None: the backtest's
     standby: bool | None = None  # planner_standby for this policy; None: the backtest's
     whole_gpu_demand: str | None = None  # planner_whole_gpu_demand for this policy; None: the backtest's
+    mps_release_below: float | None = None  # planner_mps_release_below for this policy; None: the backtest's
 
 
 def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
@@ -102,6 +103,33 @@ def with_whole_demand_flipped(policies: Sequence[Policy], rule: str, consolidati
         whole_gpu_demand=other,
     )
     return _after_packing(policies, flipped)
+
+
+MPS_RELEASE_PREFIX = "packing, MPS release below "
+
+
+def mps_release_name(value: float) -> str:
+    """The name of ``packing`` replayed with ``planner_mps_release_below`` = ``value``, another than the
+    backtest's setting."""
+    return f"{MPS_RELEASE_PREFIX}{value:g}"
+
+
+def with_mps_release_compared(
+    policies: Sequence[Policy], values: Sequence[float], setting: float, consolidation: str
+) -> list[Policy]:
+    """``policies`` and, where ``packing`` is among them, ``packing`` once more per value of ``values`` other
+    than ``setting`` (``planner_mps_release_below``), after its last row, in the ``consolidation`` mode given
+    (the setting's): the rows :func:`slicewise.whatif.report.mps_release_choice` compares."""
+    compared = list(policies)
+    for value in sorted({v for v in values if v != setting}, reverse=True):
+        other = replace(
+            POLICIES["packing"],
+            name=mps_release_name(value),
+            consolidation=consolidation,
+            mps_release_below=value,
+        )
+        compared = _after_packing(compared, other)
+    return compared
 
 
 def _after_packing(policies: Sequence[Policy], extra: Policy) -> list[Policy]:

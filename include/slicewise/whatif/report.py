@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from slicewise.costs.page import table
 from slicewise.costs.plots import new_figure, png_base64
 from slicewise.whatif.policies import (
+    MPS_RELEASE_PREFIX,
     other_whole_gpu_demand,
     standby_flipped_name,
     whole_demand_flipped_name,
@@ -76,6 +77,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
         "consolidation_choice": consolidation_choice(backtest),
         "standby_choice": standby_choice(backtest),
         "whole_gpu_demand_choice": whole_demand_choice(backtest),
+        "mps_release_choice": mps_release_choice(backtest),
     }
 
 
@@ -242,9 +244,24 @@ def whole_demand_choice(backtest: Backtest) -> list[str]:
     )
 
 
+def mps_release_choice(backtest: Backtest) -> list[str]:
+    """With ``packing`` replayed with other values of ``planner_mps_release_below`` too
+    (:func:`slicewise.whatif.policies.with_mps_release_compared`): one line per value comparing it with
+    ``packing`` under the setting, as :func:`standby_choice` does (with the paid GPU-hours, which the setting
+    moves under an autoscaler); none otherwise."""
+    setting = f"MPS release below {backtest.config.planner.mps_release_below:g}"
+    return [
+        line
+        for name in backtest.results
+        if name.startswith(MPS_RELEASE_PREFIX)
+        for line in _setting_choice(backtest, name, setting, name.removeprefix("packing, "))
+    ]
+
+
 def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: str) -> list[str]:
     """One line: ``packing`` under the planner setting (``setting`` names it) against the row ``flipped_name``
-    (``other``): mean wait and node-GPU-hours, or why the node-GPU-hours do not compare; none without both."""
+    (``other``): mean wait and node-GPU-hours, or why the node-GPU-hours do not compare; with an autoscaler
+    replayed, the paid GPU-hours too (what it removes is not in the node-GPU-hours); none without both."""
     flipped = backtest.results.get(flipped_name)
     planner = backtest.config.planner
     mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
@@ -260,10 +277,16 @@ def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: 
             line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours, not comparable: pods never served "
             f"{mine.still_waiting:,} with the setting, {flipped.still_waiting:,} the other way round"
         ]
-    return [
-        line + f"{flipped.node_gpu_hours:,.0f} node-GPU-hours "
+    line += (
+        f"{flipped.node_gpu_hours:,.0f} node-GPU-hours "
         f"({_change(mine.node_gpu_hours, flipped.node_gpu_hours)})"
-    ]
+    )
+    if backtest.config.scale_down_unneeded_s is not None:
+        line += (
+            f"; paid GPU-hours {mine.service_gpu_hours:,.0f} with the setting, "
+            f"{flipped.service_gpu_hours:,.0f} ({_change(mine.service_gpu_hours, flipped.service_gpu_hours)})"
+        )
+    return [line]
 
 
 def _change(before: float, after: float) -> str:

@@ -28,8 +28,8 @@ class Review:
 
 
 #: The summary's advice lines, in the order they are shown: the consolidation mode that waited least, and what
-#: the standby and whole-GPU demand settings trade (slicewise.whatif.report writes them).
-CHOICES = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice")
+#: the standby, whole-GPU demand and MPS release settings trade (slicewise.whatif.report writes them).
+CHOICES = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice", "mps_release_choice")
 
 
 def choice_lines(summary: Mapping[str, Any]) -> list[str]:

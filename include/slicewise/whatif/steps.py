@@ -107,6 +107,7 @@ def run_review(
     shared_node_group: bool = True,
     scale_down_utilization_threshold: float = 0.5,
     scale_down_delay_after_add_s: float = 600.0,
+    compare_mps_release_below: Sequence[float] = (0.0, 1.0),
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -117,7 +118,10 @@ def run_review(
     replay it for every node of every policy (None: a fleet without one); ``shared_node_group``: whether
     the autoscaler adds nodes for fractional pods from a node group shared by MPS; ``scale_down_utilization_threshold``:
     its threshold under which a node in use whose pods fit elsewhere is drained too (0: empty nodes only;
-    BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing."""
+    BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing;
+    ``compare_mps_release_below``: with an autoscaler and ``planner_keep_shaped``, replay ``packing`` once more
+    per value of ``planner_mps_release_below`` other than the setting (without either nothing reads the marks,
+    and nothing is replayed)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
@@ -129,6 +133,7 @@ def run_review(
     from slicewise.whatif.policies import (
         parse_policies,
         per_consolidation,
+        with_mps_release_compared,
         with_standby_flipped,
         with_whole_demand_flipped,
     )
@@ -145,6 +150,10 @@ def run_review(
     if not 0 <= scale_down_utilization_threshold <= 1:
         raise ReviewError(
             f"the autoscaler's utilisation threshold must be in [0, 1], not {scale_down_utilization_threshold}"
+        )
+    if any(not 0 <= v <= 1 for v in compare_mps_release_below):
+        raise ReviewError(
+            f"the MPS release values to compare must be in [0, 1], not {list(compare_mps_release_below)}"
         )
     if scale_down_delay_after_add_s < 0:
         raise ReviewError(
@@ -183,6 +192,10 @@ def run_review(
         policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
     if compare_whole_gpu_demand and planner.consolidation in modes:
         policies = with_whole_demand_flipped(policies, planner.whole_gpu_demand, planner.consolidation)
+    if scale_down_unneeded_s is not None and planner.keep_shaped and planner.consolidation in modes:
+        policies = with_mps_release_compared(
+            policies, compare_mps_release_below, planner.mps_release_below, planner.consolidation
+        )
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
     results = run_policies(policies, trace, nodes, config, window, workers=1)
     source = f"validated metrics partitions {since.isoformat()} .. {until.isoformat()}"
@@ -215,6 +228,7 @@ def run_review(
         "consolidation_choice": summary["consolidation_choice"],
         "standby_choice": summary["standby_choice"],
         "whole_gpu_demand_choice": summary["whole_gpu_demand_choice"],
+        "mps_release_choice": summary["mps_release_choice"],
         "policies": {
             name: {
                 k: figures[k]

@@ -270,6 +270,51 @@ def test_the_planner_leaves_a_node_it_shares_by_mps_to_the_autoscaler_under_its_
     assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * n2_paid_s) / 3600)
 
 
+def test_a_policy_replayed_with_another_mps_release_value_uses_its_own_not_the_backtests() -> None:
+    # The row `slicewise backtest --compare-mps-release-below 0.2` adds, under a backtest set to 1: the same
+    # trace as above, so the figures of 0.2 there (f kept on n2, n2 paid until 14,800 s), not those of 1.
+    from slicewise.whatif.policies import with_mps_release_compared
+
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
+    pods = (pod("w", 0, 20_000), pod("v", 0, 2000), TracePod("f", 1, 10_000, 1, 0.25, "LS", ()))
+    mps = ("all-disabled", CATALOG.device_plugin_config_for(2))
+    base = _shaped_replay(nodes, pods, [("all-disabled", "default"), mps], mps_release_below=1.0)
+    [_, other] = with_mps_release_compared([POLICIES["packing"]], [0.2, 1.0], 1.0, "whole-gpus")
+    assert (other.name, other.mps_release_below) == ("packing, MPS release below 0.2", 0.2)
+    replay = Replay(
+        other, pods, nodes, CATALOG, base.config, (0.0, 30_000.0), [("all-disabled", "default"), mps]
+    )
+    assert replay.planner.mps_release_below == 0.2
+    result = replay.run()
+    assert (result.pods_evicted, result.nodes_removed) == (0, 2)
+    assert result.service_gpu_hours == pytest.approx((2 * 24_000 + 2 * 14_800) / 3600)
+
+
+def test_the_mps_release_comparison_names_the_paid_gpu_hours_the_setting_trades() -> None:
+    # The two replays above side by side, as `--compare-mps-release-below 0.2` prints them: the same busy
+    # node-GPU-hours and waits, but n2 paid until 14,800 s instead of 6,300 (2 x 8,500 GPU-s more).
+    from slicewise.whatif.report import mps_release_choice
+    from slicewise.whatif.run import Backtest
+    from slicewise.whatif.trace import PodTrace
+
+    nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 2, "T4")]
+    pods = (pod("w", 0, 20_000), pod("v", 0, 2000), TracePod("f", 1, 10_000, 1, 0.25, "LS", ()))
+    start = [("all-disabled", "default"), ("all-disabled", CATALOG.device_plugin_config_for(2))]
+    mine = _shaped_replay(nodes, pods, start, mps_release_below=1.0)
+    other = _shaped_replay(nodes, pods, start, mps_release_below=0.2).run()
+    results = {"packing": mine.run(), "packing, MPS release below 0.2": other}
+    backtest = Backtest("p", "n", PodTrace(pods, ()), nodes, mine.config, (0.0, 30_000.0), results, 0.0)
+    [line] = mps_release_choice(backtest)
+    assert line.startswith("packing with MPS release below 1 (the setting): 0 s mean wait, ")
+    # (2 x 24,000 + 2 x 6,300) / 3,600 = 16.8 and (2 x 24,000 + 2 x 14,800) / 3,600 = 21.6: +28.1 %.
+    assert line.endswith("; paid GPU-hours 17 with the setting, 22 (+28.1%)")
+    assert "; MPS release below 0.2: 0 s (n/a), " in line
+    without_autoscaler = dataclasses.replace(mine.config, scale_down_unneeded_s=None)
+    [line] = mps_release_choice(dataclasses.replace(backtest, config=without_autoscaler))
+    assert "paid GPU-hours" not in line
+    assert mps_release_choice(dataclasses.replace(backtest, results={"packing": results["packing"]})) == []
+
+
 class _Watched(Replay):
     """A replay that records what waits after every step's scale-down check, and looks ahead an hour from 300 s
     (as the oracle's plan would) without the look-ahead recording anything itself."""

@@ -98,6 +98,28 @@ def test_one_mode_is_the_packing_row_and_an_unreadable_hour_is_counted_and_left_
     assert summary["standby_choice"] == summary["whole_gpu_demand_choice"] == []
 
 
+def test_under_an_autoscaler_the_review_replays_packing_per_other_mps_release_value(
+    root: store.ObjectStoragePath,
+) -> None:
+    settings = load_settings(None, {"storage_root": str(root), "planner_mps_release_below": 1.0})
+    until = DAY + timedelta(hours=4)
+    quiet = {"compare_standby": False, "compare_whole_gpu_demand": False}
+    summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), scale_down_unneeded_s=600, **quiet)
+    # The default values (0 and 1) less the setting's own.
+    assert list(summary["policies"]) == ["static", "packing", "packing, MPS release below 0", "ideal"]
+    [line] = summary["mps_release_choice"]
+    assert line.startswith("packing with MPS release below 1 (the setting): ")
+    assert "; MPS release below 0: " in line and "paid GPU-hours" in line
+    # Without an autoscaler nothing reads the marks: no replay, no line.
+    summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), **quiet)
+    assert list(summary["policies"]) == ["static", "packing", "ideal"] and summary["mps_release_choice"] == []
+    kept = load_settings(None, {"storage_root": str(root), "planner_keep_shaped": False})
+    summary = run_review(kept, DAY, until, "spread", ("whole-gpus",), scale_down_unneeded_s=600, **quiet)
+    assert summary["mps_release_choice"] == []  # planner_keep_shaped off: no marks either
+    with pytest.raises(ReviewError, match="MPS release values to compare must be in"):
+        run_review(settings, DAY, until, "spread", ("whole-gpus",), compare_mps_release_below=(2.0,))
+
+
 def test_the_window_ends_at_until_or_the_runs_hour_and_a_bad_until_fails() -> None:
     run_after = datetime(2026, 11, 30, 2, 30, 12, tzinfo=UTC)
     week = (datetime(2026, 11, 23, 2, tzinfo=UTC), datetime(2026, 11, 30, 2, tzinfo=UTC))

@@ -256,6 +256,52 @@ def test_compare_standby_adds_packing_the_other_way_round(
     assert "production's consolidation mode (whole-gpus)" in capsys.readouterr().err
 
 
+def test_compare_mps_release_below_adds_a_packing_row_per_other_value_under_an_autoscaler(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--workers", "1"]
+    ca = [*args, "--policies", "static,packing", "--scale-down-unneeded-s", "600"]
+    assert main([*ca, "--compare-mps-release-below", "1", "0.25", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # The setting's own value (0.25) is not replayed twice; the others follow packing, lowest first.
+    assert list(out["policies"]) == [
+        "static",
+        "packing",
+        "packing, MPS release below 0",
+        "packing, MPS release below 1",
+    ]
+    lines = out["mps_release_choice"]
+    assert [line.split("; ")[1].split(":")[0] for line in lines] == [
+        "MPS release below 0",
+        "MPS release below 1",
+    ]
+    assert all(line.startswith("packing with MPS release below 0.25 (the setting): ") for line in lines)
+    assert all("paid GPU-hours" in line for line in lines)
+    for bad, message in (
+        ([*args, "--policies", "static,packing", "--compare-mps-release-below", "1"], "needs --scale-down"),
+        (
+            [*ca, "--no-keep-shaped", "--compare-mps-release-below", "1"],
+            "needs --scale-down-unneeded-s and --keep",
+        ),
+        ([*ca, "--compare-mps-release-below", "0.25"], "a value other than the setting (0.25)"),
+        ([*ca, "--compare-mps-release-below", "1.5"], "values must be in [0, 1]"),
+        (
+            [
+                *args,
+                "--policies",
+                "static",
+                "--scale-down-unneeded-s",
+                "600",
+                "--compare-mps-release-below",
+                "1",
+            ],
+            "--compare-mps-release-below compares the packing policy",
+        ),
+    ):
+        assert main(bad) == 2
+        assert message in capsys.readouterr().err
+
+
 @pytest.mark.traces
 def test_on_the_real_sharing_trace_a_small_cluster_queues_less_with_the_planner(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
