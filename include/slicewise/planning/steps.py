@@ -71,7 +71,7 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
     observations = storage.read_observations(folder / storage.OBSERVED)
     plan = plan_fleet(observations, forecasts, load_catalog(), PlannerConfig.from_settings(settings), now)
     if advice := review_advice(settings, now):
-        plan = dataclasses.replace(plan, notes=(*plan.notes, advice))
+        plan = dataclasses.replace(plan, notes=(*plan.notes, *advice))
     paths = storage.write_plan(folder, plan)
     log.info("plan:\n%s", report.text_table(plan))
     return {
@@ -88,9 +88,10 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
     }
 
 
-def review_advice(settings: Settings, now: datetime) -> str | None:
-    """The newest what-if review's word on ``planner_consolidation`` for the plan's notes (None when it has
-    none). A review that cannot be read costs the plan nothing: it is logged and left out."""
+def review_advice(settings: Settings, now: datetime) -> list[str]:
+    """The newest what-if review's word for the plan's notes: on ``planner_consolidation``, and on the other
+    settings it compared where another value did better on both counts (none when it has none). A review that
+    cannot be read costs the plan nothing: it is logged and left out."""
     from slicewise import store
     from slicewise.whatif import reviews
 
@@ -98,7 +99,13 @@ def review_advice(settings: Settings, now: datetime) -> str | None:
         review = reviews.newest(store.storage_path(settings.storage_root))
     except Exception:
         log.warning("the newest what-if review could not be read; the plan goes on without it", exc_info=True)
-        return None
-    return (
-        None if review is None else reviews.consolidation_advice(review, settings.planner_consolidation, now)
-    )
+        return []
+    if review is None:
+        return []
+    current = {
+        "planner_standby": settings.planner_standby,
+        "planner_whole_gpu_demand": settings.planner_whole_gpu_demand,
+        "planner_mps_release_below": settings.planner_mps_release_below,
+    }
+    consolidation = reviews.consolidation_advice(review, settings.planner_consolidation, now)
+    return [*([consolidation] if consolidation else []), *reviews.setting_advice(review, current, now)]

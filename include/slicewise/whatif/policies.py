@@ -132,6 +132,26 @@ def with_mps_release_compared(
     return compared
 
 
+def compared_setting(name: str) -> tuple[str, bool | str | float] | None:
+    """The planner setting and value the row ``name`` replays ``packing`` with, when it is one of the rows
+    :func:`with_standby_flipped`, :func:`with_whole_demand_flipped` or :func:`with_mps_release_compared` add;
+    None for any other row."""
+    from slicewise.planning.config import WHOLE_GPU_DEMAND
+
+    for standby in (True, False):
+        if name == standby_flipped_name(standby):
+            return "planner_standby", standby
+    for rule in WHOLE_GPU_DEMAND:
+        if name == whole_demand_flipped_name(rule):
+            return "planner_whole_gpu_demand", rule
+    if name.startswith(MPS_RELEASE_PREFIX):
+        try:
+            return "planner_mps_release_below", float(name.removeprefix(MPS_RELEASE_PREFIX))
+        except ValueError:
+            return None
+    return None
+
+
 def _after_packing(policies: Sequence[Policy], extra: Policy) -> list[Policy]:
     """``policies`` with ``extra`` after the last ``packing`` row (``packing`` or ``packing/<mode>``); as they
     are without one."""

@@ -1,5 +1,6 @@
 """Published what-if reviews under the storage root, ``whatif/<since>_<until>/`` (``gpu_whatif_review`` writes
-them): where one goes, which are there, the newest, and what it advises about ``planner_consolidation``.
+them): where one goes, which are there, the newest, and what it advises about ``planner_consolidation`` and the
+other settings it compared.
 
 The one front door for the review's files: the DAG's step writes through :func:`folder_of`, the GPU fleet pages
 and the planner's notes read through :func:`published` and :func:`newest`.
@@ -89,6 +90,75 @@ def newest(root: Any) -> Review | None:
     """The review with the latest window end, or None before the first."""
     folders = published(root)
     return read(folders[0]) if folders else None
+
+
+#: How much better than the setting's row a compared row must be on one figure (and no worse on the other) for
+#: the plan to say so: less is noise over a replayed week.
+ADVICE_MARGIN = 0.01
+
+
+def setting_advice(review: Review, current: Mapping[str, object], now: datetime) -> list[str]:
+    """Lines for the plan's notes, one per planner setting the review replayed ``packing`` with another value of
+    (the standby, whole-GPU demand and MPS release comparisons) where that value did better on this cluster's
+    own history on both counts: no longer mean wait, no more GPU-hours (paid ones when the review replayed an
+    autoscaler, else node-GPU-hours), no more pods left unserved, and at least :data:`ADVICE_MARGIN` better on
+    the wait or the GPU-hours. ``current``: the cluster's settings by name (``planner_standby`` and so on); a
+    comparison made against another value than the current one (the setting changed since) advises nothing.
+    None of it when the review is older than :data:`ADVICE_MAX_AGE`. A trade (less wait for more GPU-hours)
+    is the operator's call: it is on the What-if page, not in the plan."""
+    from slicewise.whatif.policies import compared_setting
+
+    if now - review.until > ADVICE_MAX_AGE:
+        return []
+    model = review.summary.get("model")
+    policies = review.summary.get("policies")
+    if not isinstance(model, Mapping) or not isinstance(policies, Mapping):
+        return []
+    replayed = model.get("planner")
+    if not isinstance(replayed, Mapping):
+        return []
+    mine = policies.get("packing") or policies.get(f"packing/{replayed.get('consolidation')}")
+    paid = model.get("scale_down_unneeded_s") is not None
+    hours_key, hours_name = (
+        ("service_gpu_hours", "paid GPU-hours") if paid else ("node_gpu_hours", "node-GPU-hours")
+    )
+    window = f"{review.since:%Y-%m-%d %H:00} .. {review.until:%Y-%m-%d %H:00} UTC"
+    lines = []
+    for name, figures in policies.items():
+        compared = compared_setting(str(name))
+        if compared is None or not isinstance(mine, Mapping) or not isinstance(figures, Mapping):
+            continue
+        setting, value = compared
+        field = setting.removeprefix("planner_")
+        if setting not in current or replayed.get(field) != current[setting]:
+            continue  # compared against a value the cluster no longer runs
+        try:
+            ours = (float(mine["wait_mean_s"]), float(mine[hours_key]), int(mine.get("still_waiting") or 0))
+            theirs = (
+                float(figures["wait_mean_s"]),
+                float(figures[hours_key]),
+                int(figures.get("still_waiting") or 0),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a summary written before the figure was kept
+        no_worse = (
+            round(theirs[0]) <= round(ours[0]) and round(theirs[1]) <= round(ours[1]) and theirs[2] <= ours[2]
+        )
+        better = any(t <= (1 - ADVICE_MARGIN) * o for t, o in zip(theirs[:2], ours[:2], strict=True))
+        if no_worse and better:
+            lines.append(
+                f"what-if review of {window}: {setting}={_shown(value)} waited {theirs[0]:,.0f} s and used "
+                f"{theirs[1]:,.0f} {hours_name} on this cluster's own history, against {ours[0]:,.0f} s and "
+                f"{ours[1]:,.0f} with {_shown(current[setting])}, the setting; see the What-if page before changing it"
+            )
+    return lines
+
+
+def _shown(value: object) -> str:
+    """A setting's value as settings.yaml writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def consolidation_advice(review: Review, current: str, now: datetime) -> str | None:

@@ -1,4 +1,5 @@
-"""Published what-if reviews: which is the newest, and what it advises about planner_consolidation."""
+"""Published what-if reviews: which is the newest, and what it advises about planner_consolidation and the other
+settings it compared."""
 
 from __future__ import annotations
 
@@ -57,3 +58,70 @@ def test_a_fresh_review_advises_the_mode_that_waited_least_when_it_is_not_the_se
     unserved = dict(summary["policies"], **{"packing/off": {"wait_mean_s": 95.0, "still_waiting": 3}})
     review = reviews.Review("w", UNTIL - timedelta(days=7), UNTIL, {"policies": unserved}, True)
     assert reviews.consolidation_advice(review, "whole-gpus", UNTIL) is None  # off left pods waiting
+
+
+def _row(wait: float, node_h: float, paid_h: float, unserved: int = 0) -> dict[str, Any]:
+    return {
+        "wait_mean_s": wait,
+        "node_gpu_hours": node_h,
+        "service_gpu_hours": paid_h,
+        "still_waiting": unserved,
+    }
+
+
+def test_the_plan_hears_of_another_setting_only_where_it_did_better_on_both_counts() -> None:
+    planner = {
+        "consolidation": "whole-gpus",
+        "standby": True,
+        "whole_gpu_demand": "median",
+        "mps_release_below": 0.25,
+    }
+    summary: dict[str, Any] = {
+        "model": {"scale_down_unneeded_s": 600.0, "planner": planner},
+        "policies": {
+            "static": _row(900.0, 5000.0, 5200.0),
+            "packing/whole-gpus": _row(100.0, 4000.0, 4200.0),  # the setting's row
+            "packing/nodes": _row(50.0, 3000.0, 3100.0),  # a consolidation mode: consolidation_advice's
+            "packing, standby off": _row(
+                90.0, 4100.0, 4150.0
+            ),  # less wait, fewer paid hours (more busy ones)
+            "packing, whole GPUs for pending-now": _row(80.0, 3900.0, 4300.0),  # a trade: more paid hours
+            "packing, MPS release below 0": _row(100.0, 4000.0, 4195.0),  # 0.1 % fewer paid hours: noise
+            "packing, MPS release below 1": _row(99.0, 3990.0, 4100.0, unserved=1),  # left a pod unserved
+        },
+    }
+    current = {
+        "planner_standby": True,
+        "planner_whole_gpu_demand": "median",
+        "planner_mps_release_below": 0.25,
+    }
+    review = reviews.Review("w", UNTIL - timedelta(days=7), UNTIL, summary, True)
+    [line] = reviews.setting_advice(review, current, UNTIL + timedelta(days=1))
+    assert line == (
+        "what-if review of 2026-11-16 00:00 .. 2026-11-23 00:00 UTC: planner_standby=false waited 90 s and used "
+        "4,150 paid GPU-hours on this cluster's own history, against 100 s and 4,200 with true, the setting; see "
+        "the What-if page before changing it"
+    )
+    assert reviews.setting_advice(review, current, UNTIL + timedelta(days=15)) == []  # stale
+    # The setting changed since the review: its comparison was against another value.
+    assert reviews.setting_advice(review, {**current, "planner_standby": False}, UNTIL) == []
+    # Without an autoscaler the node-GPU-hours count: standby off used more of them, pending-now fewer.
+    fixed = {**summary, "model": {"scale_down_unneeded_s": None, "planner": planner}}
+    [line] = reviews.setting_advice(
+        reviews.Review("w", UNTIL - timedelta(days=7), UNTIL, fixed, True), current, UNTIL
+    )
+    assert "planner_whole_gpu_demand=pending-now waited 80 s and used 3,900 node-GPU-hours" in line
+    assert "against 100 s and 4,000 with median, the setting" in line
+    old = {"policies": summary["policies"]}  # a summary without the model replayed advises nothing
+    assert (
+        reviews.setting_advice(
+            reviews.Review("w", UNTIL - timedelta(days=7), UNTIL, old, True), current, UNTIL
+        )
+        == []
+    )
+    better = {**summary["policies"], "packing, MPS release below 0": _row(95.0, 4000.0, 4150.0)}
+    review = reviews.Review("w", UNTIL - timedelta(days=7), UNTIL, {**summary, "policies": better}, True)
+    assert any(
+        "planner_mps_release_below=0 waited 95 s" in line and "with 0.25, the setting" in line
+        for line in reviews.setting_advice(review, current, UNTIL)
+    )

@@ -164,19 +164,22 @@ def test_the_plan_notes_carry_the_newest_reviews_advice_and_a_broken_review_cost
     from slicewise.planning.steps import review_advice
 
     settings = load_settings(None, {"storage_root": str(root), "planner_consolidation": "nodes"})
-    assert review_advice(settings, DAY) is None  # no review yet
+    assert review_advice(settings, DAY) == []  # no review yet
     until = DAY + timedelta(hours=4)
     run_review(settings, DAY, until, "spread", ("off", "whole-gpus", "nodes"))
-    # On these four simulated hours every mode waits the same: the setting is as good as any, no advice.
-    assert review_advice(settings, until) is None
+    # On these four simulated hours every mode and setting waits the same: the settings are as good as any.
+    assert review_advice(settings, until) == []
     summary_file = review_folder(root, DAY, until) / "summary.json"
     summary = json.loads(summary_file.read_text())
     summary["policies"]["packing/off"]["wait_mean_s"] /= 2
+    standby_off = summary["policies"]["packing, standby off"]
+    standby_off["wait_mean_s"] = summary["policies"]["packing/nodes"]["wait_mean_s"] / 2 - 1
     summary_file.write_text(json.dumps(summary))
-    advice = review_advice(settings, until)
-    assert advice is not None and "planner_consolidation=off waited least" in advice
+    consolidation, standby = review_advice(settings, until)
+    assert "planner_consolidation=off waited least" in consolidation
+    assert "planner_standby=false waited" in standby and "node-GPU-hours" in standby  # no autoscaler replayed
     summary_file.write_text("[1, 2]")
-    assert review_advice(settings, until) is None
+    assert review_advice(settings, until) == []
     assert "could not be read" in caplog.text
 
 
