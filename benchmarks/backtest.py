@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/backtest.py          # the table (issue 13's yardstick), about 5 min
     .venv/bin/python benchmarks/backtest.py --scale-down-unneeded-s 600   # the same under cluster-autoscaler
     .venv/bin/python benchmarks/backtest.py --timing [--trace default] [--node-share 1] [--gpu-model M]
+        [--scale-down-unneeded-s 600]
 
 The table: for each of ``gpushare20``, ``gpushare100``, ``default`` and ``gpuspec10``, a node share at which
 ``static`` makes pods wait 10 minutes or more on average (``SAMPLES``: the cluster must be short of GPUs for
@@ -15,7 +16,8 @@ ideal on four fleets of that sample:
   Slicewise ships (``--scheduler binpack``);
 - ``as A100-80GB``: every GPU modelled as an A100-80GB (``--gpu-model A100-80GB``), the MIG what-if.
 
-``--timing``: wall time per policy (each alone in this process) and peak memory, on the full trace by default.
+``--timing``: wall time per policy (each alone in this process) and peak memory, on the full trace by default
+(with ``--scale-down-unneeded-s``, with the autoscaler the what-if review replays when told the cluster's).
 Reads the traces from ../shared/data/traces (exits 0 with a message when they are absent). Asserts nothing.
 """
 
@@ -144,7 +146,9 @@ def the_table(scale_down_unneeded_s: float | None = None) -> None:
     print(f"\n{time.perf_counter() - began:.0f} s in all; peak memory {peak_rss_mib():.0f} MiB")
 
 
-def timing(variant: str, node_share: float, names: str, gpu_model: str | None) -> None:
+def timing(
+    variant: str, node_share: float, names: str, gpu_model: str | None, scale_down_unneeded_s: float | None
+) -> None:
     pods_file = TRACES / f"alibaba_v2023_openb_pod_list_{variant}.csv"
     began = time.perf_counter()
     trace = load_pods(pods_file)
@@ -153,7 +157,9 @@ def timing(variant: str, node_share: float, names: str, gpu_model: str | None) -
         f"read {len(trace.pods):,} GPU pods and {len(nodes):,} nodes in {time.perf_counter() - began:.2f} s"
     )
     window = (min(p.arrival_s for p in trace.pods), trace.end_s)
-    config = BacktestConfig.priced(gpu_model=gpu_model)
+    config = BacktestConfig.priced(gpu_model=gpu_model, scale_down_unneeded_s=scale_down_unneeded_s)
+    if scale_down_unneeded_s is not None:
+        print(f"with a cluster autoscaler for every node ({scale_down_unneeded_s:g} s unneeded time)")
     print(f"{'policy':<11} {'seconds':>8} {'planner runs':>13} {'s/run':>7}")
     for policy in parse_policies(names):
         began = time.perf_counter()
@@ -174,14 +180,15 @@ def main() -> int:
     parser.add_argument(
         "--scale-down-unneeded-s",
         type=float,
-        help="the table with a cluster autoscaler for every policy (the backtest's flag; 600 is its default)",
+        help="the table (or --timing) with a cluster autoscaler for every policy (the backtest's flag; 600 is its "
+        "default)",
     )
     args = parser.parse_args()
     if not (TRACES / "alibaba_v2023_openb_node_list_gpu_node.csv").exists():
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
         return 0
     if args.timing:
-        timing(args.trace, args.node_share, args.policies, args.gpu_model)
+        timing(args.trace, args.node_share, args.policies, args.gpu_model, args.scale_down_unneeded_s)
     else:
         the_table(args.scale_down_unneeded_s)
     return 0
