@@ -277,7 +277,9 @@ def _mps_release_values(args: argparse.Namespace) -> bool:
             "--compare-mps-release-below needs --scale-down-unneeded-s and --keep-shaped: without an autoscaler "
             "that reads the planner's scale-down-disabled marks every value replays the same"
         )
-    if all(v == args.mps_release_below for v in values):
+    from slicewise.whatif.policies import mps_release_name
+
+    if all(mps_release_name(v) == mps_release_name(args.mps_release_below) for v in values):
         raise ValueError(
             f"--compare-mps-release-below: give a value other than the setting ({args.mps_release_below:g})"
         )

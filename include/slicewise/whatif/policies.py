@@ -120,14 +120,13 @@ def with_mps_release_compared(
     """``policies`` and, where ``packing`` is among them, ``packing`` once more per value of ``values`` other
     than ``setting`` (``planner_mps_release_below``), after its last row, in the ``consolidation`` mode given
     (the setting's): the rows :func:`slicewise.whatif.report.mps_release_choice` compares."""
+    # One row per name: values the name shows alike (0.1234567, 0.12345671) are one comparison.
+    by_name = {
+        mps_release_name(v): v for v in sorted(values) if mps_release_name(v) != mps_release_name(setting)
+    }
     compared = list(policies)
-    for value in sorted({v for v in values if v != setting}, reverse=True):
-        other = replace(
-            POLICIES["packing"],
-            name=mps_release_name(value),
-            consolidation=consolidation,
-            mps_release_below=value,
-        )
+    for name, value in reversed(by_name.items()):
+        other = replace(POLICIES["packing"], name=name, consolidation=consolidation, mps_release_below=value)
         compared = _after_packing(compared, other)
     return compared
 

@@ -281,6 +281,13 @@ def test_a_policy_replayed_with_another_mps_release_value_uses_its_own_not_the_b
     base = _shaped_replay(nodes, pods, [("all-disabled", "default"), mps], mps_release_below=1.0)
     [_, other] = with_mps_release_compared([POLICIES["packing"]], [0.2, 1.0], 1.0, "whole-gpus")
     assert (other.name, other.mps_release_below) == ("packing, MPS release below 0.2", 0.2)
+    # One row per shown value, the setting's left out, lowest first.
+    rows = with_mps_release_compared([POLICIES["packing"]], [1.0, 0.2000001, 0.25000001, 0.2], 0.25, "off")
+    assert [p.name for p in rows] == [
+        "packing",
+        "packing, MPS release below 0.2",
+        "packing, MPS release below 1",
+    ]
     replay = Replay(
         other, pods, nodes, CATALOG, base.config, (0.0, 30_000.0), [("all-disabled", "default"), mps]
     )

@@ -283,7 +283,7 @@ def test_compare_mps_release_below_adds_a_packing_row_per_other_value_under_an_a
             [*ca, "--no-keep-shaped", "--compare-mps-release-below", "1"],
             "needs --scale-down-unneeded-s and --keep",
         ),
-        ([*ca, "--compare-mps-release-below", "0.25"], "a value other than the setting (0.25)"),
+        ([*ca, "--compare-mps-release-below", "0.25", "0.2500001"], "a value other than the setting (0.25)"),
         ([*ca, "--compare-mps-release-below", "1.5"], "values must be in [0, 1]"),
         (
             [
