@@ -82,9 +82,8 @@ def test_the_plan_hears_of_another_setting_only_where_it_did_better_on_both_coun
             "static": _row(900.0, 5000.0, 5200.0),
             "packing/whole-gpus": _row(100.0, 4000.0, 4200.0),  # the setting's row
             "packing/nodes": _row(50.0, 3000.0, 3100.0),  # a consolidation mode: consolidation_advice's
-            "packing, standby off": _row(
-                90.0, 4100.0, 4150.0
-            ),  # less wait, fewer paid hours (more busy ones)
+            # Less wait and fewer paid hours (more busy ones): the one advised under the autoscaler.
+            "packing, standby off": _row(90.0, 4100.0, 4150.0),
             "packing, whole GPUs for pending-now": _row(80.0, 3900.0, 4300.0),  # a trade: more paid hours
             "packing, MPS release below 0": _row(100.0, 4000.0, 4195.0),  # 0.1 % fewer paid hours: noise
             "packing, MPS release below 1": _row(99.0, 3990.0, 4100.0, unserved=1),  # left a pod unserved
