@@ -195,9 +195,8 @@ class Tally:
 
     counted: int = 0
     wait_goal: int = 0
-    beyond: int = (
-        0  # misses of the wait goal where ideal itself cuts less than GOAL_CUT: no policy reaches it
-    )
+    # misses of the wait goal where ideal itself cuts less than GOAL_CUT: no policy reaches it
+    beyond: int = 0
     longer: int = 0
     small_longer: int = 0
     fleets: int = 0

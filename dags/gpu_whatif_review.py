@@ -2,12 +2,10 @@
 ### GPU what-if review
 
 Every Monday at 02:30 UTC, replays the **previous 7 days of this cluster's validated metrics** under `static`
-(whole GPUs, nothing changes), Slicewise's `packing` planner **once per consolidation mode** (`packing/off`,
-`packing/whole-gpus`, `packing/nodes`, with the cluster's own planner settings), `packing` once more with
-`planner_standby` the other way round and once with the other `planner_whole_gpu_demand`, and `ideal` (the bound),
-and publishes the comparison: what Slicewise's decisions would have bought on this cluster's own load, which
-`planner_consolidation` waited least and which used the fewest node-GPU-hours, and what the standby, whole-GPU
-demand and (with an autoscaler) MPS release settings trade (docs/backtest.md, "The what-if review").
+(whole GPUs, nothing changes), Slicewise's `packing` planner **once per consolidation mode** (with the cluster's
+own planner settings), `packing` with each compared setting changed (standby, whole-GPU demand and, with an
+autoscaler, MPS release), and `ideal` (the bound), and publishes what Slicewise's decisions would have bought on
+this cluster's own load and what each setting trades (docs/backtest.md, "The what-if review").
 
 | task | does |
 |---|---|
@@ -15,8 +13,7 @@ demand and (with an autoscaler) MPS release settings trade (docs/backtest.md, "T
 
 Params (each described in the trigger form; docs/backtest.md, "The what-if review", has the table): `days`,
 `until`, `scheduler`, `prefer_shared`, `consolidation`, `compare_standby`, `compare_whole_gpu_demand`,
-`compare_mps_release_below` (values of `planner_mps_release_below` to replay `packing` with, when the autoscaler is
-replayed; default 0 and 1), and the cluster autoscaler's `scale_down_unneeded_s` (default none: no autoscaler),
+`compare_mps_release_below`, and the cluster autoscaler's `scale_down_unneeded_s` (default none: no autoscaler),
 `scale_down_utilization_threshold`, `scale_down_delay_after_add_s` and `shared_node_group`.
 """
 

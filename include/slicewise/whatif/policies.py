@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from slicewise.planning.config import WHOLE_GPU_DEMAND
 from slicewise.whatif.trace import TracePod, evenly_picked
 
 NOW, FORECAST, FUTURE = "now", "forecast", "future"
@@ -135,8 +136,6 @@ def compared_setting(name: str) -> tuple[str, bool | str | float] | None:
     """The planner setting and value the row ``name`` replays ``packing`` with, when it is one of the rows
     :func:`with_standby_flipped`, :func:`with_whole_demand_flipped` or :func:`with_mps_release_compared` add;
     None for any other row."""
-    from slicewise.planning.config import WHOLE_GPU_DEMAND
-
     for standby in (True, False):
         if name == standby_flipped_name(standby):
             return "planner_standby", standby

@@ -117,30 +117,35 @@ def setting_advice(review: Review, current: Mapping[str, object], now: datetime)
     replayed = model.get("planner")
     if not isinstance(replayed, Mapping):
         return []
-    mine = policies.get("packing") or policies.get(f"packing/{replayed.get('consolidation')}")
     paid = model.get("scale_down_unneeded_s") is not None
     hours_key, hours_name = (
         ("service_gpu_hours", "paid GPU-hours") if paid else ("node_gpu_hours", "node-GPU-hours")
     )
+
+    def figures_of(row: object) -> tuple[float, float, int] | None:
+        """(mean wait, GPU-hours, pods unserved) of a row; None for a summary written before one was kept."""
+        if not isinstance(row, Mapping):
+            return None
+        try:
+            return float(row["wait_mean_s"]), float(row[hours_key]), int(row.get("still_waiting") or 0)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    ours = figures_of(policies.get("packing") or policies.get(f"packing/{replayed.get('consolidation')}"))
+    if ours is None:
+        return []
     window = f"{review.since:%Y-%m-%d %H:00} .. {review.until:%Y-%m-%d %H:00} UTC"
     lines = []
-    for name, figures in policies.items():
+    for name, row in policies.items():
         compared = compared_setting(str(name))
-        if compared is None or not isinstance(mine, Mapping) or not isinstance(figures, Mapping):
+        if compared is None:
             continue
         setting, value = compared
-        field = setting.removeprefix("planner_")
-        if setting not in current or replayed.get(field) != current[setting]:
+        if setting not in current or replayed.get(setting.removeprefix("planner_")) != current[setting]:
             continue  # compared against a value the cluster no longer runs
-        try:
-            ours = (float(mine["wait_mean_s"]), float(mine[hours_key]), int(mine.get("still_waiting") or 0))
-            theirs = (
-                float(figures["wait_mean_s"]),
-                float(figures[hours_key]),
-                int(figures.get("still_waiting") or 0),
-            )
-        except (KeyError, TypeError, ValueError):
-            continue  # a summary written before the figure was kept
+        theirs = figures_of(row)
+        if theirs is None:
+            continue
         no_worse = (
             round(theirs[0]) <= round(ours[0]) and round(theirs[1]) <= round(ours[1]) and theirs[2] <= ours[2]
         )
