@@ -78,6 +78,12 @@ class _Open:
             return self.free[gpus[0]] - ask.share
         return sum(1 for left in self.free if left >= WHOLE - EPS) - ask.gpus
 
+    def take(self, pod: int, ask: Ask, gpus: tuple[int, ...]) -> None:
+        """Place the pod on ``gpus`` (from :meth:`fit`): each gives it its share."""
+        for gpu in gpus:
+            self.free[gpu] -= ask.share
+        self.pods[pod] = (gpus, ask.share)
+
 
 Buckets = list[tuple[int, list[int]]]  # (GPUs per node, the node indices of that size), smallest first
 
@@ -130,17 +136,18 @@ class Packing:
             free = self._free_node(ask.models, ask.gpus, room_for)
             if free is None:
                 return False
-            self.open[free] = _Open(self.nodes[free])
+            self.open[free] = self._opened(self.nodes[free])
             gpus = self.open[free].fit(ask)
             assert gpus is not None
             best = (0.0, free, gpus)
         _, index, gpus = best
-        node = self.open[index]
-        for gpu in gpus:
-            node.free[gpu] -= ask.share
-        node.pods[pod] = (gpus, ask.share)
+        self.open[index].take(pod, ask, gpus)
         self.where[pod] = index
         return True
+
+    def _opened(self, spec: NodeSpec) -> _Open:
+        """A node newly in use (``sharing-modes`` gives its nodes a sharing mode: :mod:`.node_modes`)."""
+        return _Open(spec)
 
     def remove(self, pod: int) -> None:
         index = self.where.pop(pod)
@@ -254,7 +261,7 @@ class IdealReplay:
             for i, n in enumerate(nodes)
         ]
         self.by_size: dict[tuple[str, ...], Buckets] = {}
-        self.packing = Packing(self.nodes, self.by_size)
+        self.packing = self._packing(nodes, catalog, config)
         self.asks = self._asks(pods, nodes, catalog, config)
         self.classes = np.array([p.size_class for p in pods])
         count = len(pods)
@@ -274,6 +281,10 @@ class IdealReplay:
         self.meter = Meter(self.start, len(nodes))
         self.work = 0.0
         self.suspensions = 0
+
+    def _packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> Packing:
+        """The packing the replay starts from: no pod placed."""
+        return Packing(self.nodes, self.by_size)
 
     def _asks(
         self, pods: tuple[TracePod, ...], nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig

@@ -34,6 +34,7 @@ NOW, FORECAST, FUTURE = "now", "forecast", "future"
 IDEAL = "ideal"
 SHARING = "sharing"
 SHARING_FORMS = "sharing-forms"
+SHARING_MODES = "sharing-modes"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -171,6 +172,7 @@ POLICIES: dict[str, Policy] = {
         Policy(IDEAL, False, None),
         Policy(SHARING, False, None),
         Policy(SHARING_FORMS, False, None),
+        Policy(SHARING_MODES, False, None),
     )
 }
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.policies import IDEAL, SHARING, SHARING_FORMS, Policy
+from slicewise.whatif.node_modes import ModesReplay
+from slicewise.whatif.policies import IDEAL, SHARING, SHARING_FORMS, SHARING_MODES, Policy
 from slicewise.whatif.sharing import FormsReplay, SharingReplay
 from slicewise.whatif.trace import PodTrace, TraceNode
 
@@ -72,7 +73,12 @@ def replay(
 ) -> PolicyResult:
     from slicewise.catalog import load_catalog
 
-    reference = {IDEAL: IdealReplay, SHARING: SharingReplay, SHARING_FORMS: FormsReplay}.get(policy.name)
+    reference = {
+        IDEAL: IdealReplay,
+        SHARING: SharingReplay,
+        SHARING_FORMS: FormsReplay,
+        SHARING_MODES: ModesReplay,
+    }.get(policy.name)
     if reference is not None:
         return reference(trace.pods, fleet, load_catalog(), config, window).run()
     return Replay(policy, trace.pods, fleet, load_catalog(), config, window).run()

@@ -78,9 +78,19 @@ class FormsReplay(SharingReplay):
 
 def form_sizes(model: GpuModel, replicas: list[int]) -> tuple[float, ...]:
     """The shares of a GPU of ``model`` one pod can hold, ascending: its MIG slices, its MPS tenants, a whole GPU."""
-    mig = {profile.g / model.compute_slices for profile in model.profiles.values()}
-    mps = {1 / r for r in replicas if 1 < r <= model.mps_max_replicas}
-    return tuple(sorted(mig | mps | {WHOLE}))
+    return tuple(sorted({*mig_sizes(model), *mps_sizes(model, replicas)}))
+
+
+def mig_sizes(model: GpuModel) -> tuple[float, ...]:
+    """The shares of a GPU of ``model`` a MIG slice gives (``g`` / compute slices), ascending, then a whole GPU;
+    (1.0,) for a model without MIG."""
+    return tuple(sorted({profile.g / model.compute_slices for profile in model.profiles.values()} | {WHOLE}))
+
+
+def mps_sizes(model: GpuModel, replicas: list[int]) -> tuple[float, ...]:
+    """The shares of a GPU of ``model`` an MPS tenant gives (1 / replicas, up to the model's limit), ascending,
+    then a whole GPU."""
+    return tuple(sorted({1 / r for r in replicas if 1 < r <= model.mps_max_replicas} | {WHOLE}))
 
 
 def in_forms(ask: Ask, forms: dict[str, tuple[float, ...]]) -> Ask:
