@@ -22,17 +22,19 @@ the mean wait (median, range), its share of ``ideal``'s cut, how many samples re
 at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
 wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s, ``sharing``'s (what
-placing each pod once, never moving it, leaves of that cut) and ``sharing-forms``' (the same with each
-fractional pod in the smallest MIG slice or MPS tenant that holds it: what the GPUs' real forms leave); a last
-line counts issue 14's goals over the variants (the wait goal's misses where ``ideal`` itself cuts less than 80 %,
-which no policy could reach; the node-GPU-hour goal by each variant-fleet's median, beside
-how many ``sharing`` and ``sharing-forms`` reach: the cells a planner that moves no pod could reach at best).
+placing each pod once, never moving it, leaves of that cut), ``sharing-forms``' (the same with each
+fractional pod in the smallest MIG slice or MPS tenant that holds it: what the GPUs' real forms leave) and
+``sharing-modes``' (the same with one sharing mode per node, as the device plugin has it: what the nodes' real
+modes leave); a last line counts issue 14's goals over the variants (the wait goal's misses where ``ideal``
+itself cuts less than 80 %, which no policy could reach; the node-GPU-hour goal by each variant-fleet's median,
+beside how many ``sharing``, ``sharing-forms`` and ``sharing-modes`` reach: the cells a planner that moves no pod
+could reach, ``sharing-modes`` within the modes a real node has).
 ``--planner FIELD=VALUE`` (repeatable) replays
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
 for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``--scale-down-unneeded-s``
-replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal``, ``sharing`` and
-``sharing-forms`` pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
+replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal`` and the three
+``sharing`` references pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
 summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
 ``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods.
 ``--policy reactive`` or ``--policy oracle`` judges the same planner acting on what waits now or on the true next
@@ -60,7 +62,7 @@ from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.metrics import ClassWait
-from slicewise.whatif.policies import POLICIES, SHARING_FORMS
+from slicewise.whatif.policies import POLICIES, SHARING_FORMS, SHARING_MODES
 from slicewise.whatif.report import class_means, format_table
 from slicewise.whatif.run import replay
 from slicewise.whatif.trace import (
@@ -81,8 +83,9 @@ NOISE = 0.01  # a wait within 1 % of static's is not counted as longer
 SMALL_SLACK_S = 60.0  # nor, for a size class, one within a minute of static's
 # ideal and sharing depend on neither the scheduler model nor the GPU model: one run per sample
 IDEAL_FLEET = "any"
-# sharing-forms depends on the GPU models (their MIG slices and MPS limits): one run per model mapping
-FORMS = SHARING_FORMS
+# sharing-forms and sharing-modes depend on the GPU models (their MIG slices and MPS limits): one run per model
+# mapping
+FORMS, MODES = SHARING_FORMS, SHARING_MODES
 #: The planner policies ``--policy`` may judge: the same planner on the last hour, on now, on the true next hour.
 JUDGED = ("packing", "reactive", "oracle")
 
@@ -203,6 +206,9 @@ class Tally:
     node_goal: int = 0  # packing's median share of ideal's node-GPU-hour cut reaches NODE_GOAL_SHARE
     node_goal_unmoved: int = 0  # sharing's does: placing each pod once, never moving one, could reach it
     node_goal_forms: int = 0  # sharing-forms' does: the same in the forms the GPUs offer
+    node_goal_modes: int = (
+        0  # sharing-modes' does: the same with one sharing mode per node, as the device plugin
+    )
 
     def add(
         self,
@@ -214,6 +220,7 @@ class Tally:
         node: list[float],
         unmoved: list[float],
         forms: list[float],
+        modes: list[float],
     ) -> None:
         self.counted += cuts
         self.wait_goal += reached
@@ -224,6 +231,7 @@ class Tally:
         self.node_goal += bool(node) and statistics.median(node) >= NODE_GOAL_SHARE
         self.node_goal_unmoved += bool(unmoved) and statistics.median(unmoved) >= NODE_GOAL_SHARE
         self.node_goal_forms += bool(forms) and statistics.median(forms) >= NODE_GOAL_SHARE
+        self.node_goal_modes += bool(modes) and statistics.median(modes) >= NODE_GOAL_SHARE
 
     def describe(self) -> str:
         return (
@@ -232,7 +240,8 @@ class Tally:
             f"{self.beyond}), {self.longer} waiting longer than static, small pods longer on {self.small_longer}; "
             f"node-GPU-hours at >= {NODE_GOAL_SHARE:.0%} of ideal's cut (median) on {self.node_goal} of "
             f"{self.fleets} variant-fleets, where placing each pod once and never moving it (sharing) could on "
-            f"{self.node_goal_unmoved}, and in the forms the GPUs offer (sharing-forms) on {self.node_goal_forms}"
+            f"{self.node_goal_unmoved}, in the forms the GPUs offer (sharing-forms) on {self.node_goal_forms}, and "
+            f"with one sharing mode per node (sharing-modes) on {self.node_goal_modes}"
         )
 
 
@@ -262,6 +271,7 @@ def report(
             "node-GPU-h (ideal's)",
             "sharing's",
             "forms'",
+            "modes'",
         ]
     ]
     summary = [
@@ -276,13 +286,20 @@ def report(
             "node-GPU-h: share of ideal's cut",
             "sharing's",
             "forms'",
+            "modes'",
         ]
     ]
     if paid:
         summary[0].append("paid GPU-h: share of ideal's cut")
     for fleet in fleets(BacktestConfig.priced()):
         cuts, shares, reached, beyond, longer, small = [], [], 0, 0, 0, 0
-        node_shares, sharing_node_shares, forms_node_shares, paid_shares = [], [], [], []
+        node_shares, sharing_node_shares, forms_node_shares, modes_node_shares, paid_shares = (
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         for offset, figures in samples.items():
             nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -305,6 +322,8 @@ def report(
             sharing_node_share = _share(_cut(static.node_gpu_hours, sharing.node_gpu_hours), ideal_node_cut)
             forms = figures[(forms_fleet(fleet), FORMS)]
             forms_node_share = _share(_cut(static.node_gpu_hours, forms.node_gpu_hours), ideal_node_cut)
+            modes = figures[(forms_fleet(fleet), MODES)]
+            modes_node_share = _share(_cut(static.node_gpu_hours, modes.node_gpu_hours), ideal_node_cut)
             share = _share(cut, ideal_cut)
             # The same cut in what the cluster pays for: the nodes in service (ideal's: what it held, whatif.held).
             paid_share = _share(
@@ -326,6 +345,7 @@ def report(
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
                     _pct(sharing_node_share),
                     _pct(forms_node_share),
+                    _pct(modes_node_share),
                 ]
             )
             if static.wait_mean_s < LONG_WAIT_S:
@@ -338,6 +358,8 @@ def report(
                 sharing_node_shares.append(sharing_node_share)
             if forms_node_share is not None:
                 forms_node_shares.append(forms_node_share)
+            if modes_node_share is not None:
+                modes_node_shares.append(modes_node_share)
             if paid_share is not None:
                 paid_shares.append(paid_share)
             goal = cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
@@ -346,7 +368,15 @@ def report(
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
         tally.add(
-            len(cuts), reached, beyond, longer, small, node_shares, sharing_node_shares, forms_node_shares
+            len(cuts),
+            reached,
+            beyond,
+            longer,
+            small,
+            node_shares,
+            sharing_node_shares,
+            forms_node_shares,
+            modes_node_shares,
         )
         summary.append(
             [
@@ -360,6 +390,7 @@ def report(
                 _span(node_shares),
                 _span(sharing_node_shares),
                 _span(forms_node_shares),
+                _span(modes_node_shares),
             ]
             + ([_span(paid_shares)] if paid else [])
         )
@@ -442,9 +473,10 @@ def main() -> int:
                         run_one, variant, offset, IDEAL_FLEET, reference, autoscaler=autoscaler
                     )
                 for fleet in dict.fromkeys(map(forms_fleet, fleets(BacktestConfig.priced()))):
-                    jobs[(variant, offset, fleet, FORMS)] = pool.submit(
-                        run_one, variant, offset, fleet, FORMS, autoscaler=autoscaler
-                    )
+                    for reference in (FORMS, MODES):
+                        jobs[(variant, offset, fleet, reference)] = pool.submit(
+                            run_one, variant, offset, fleet, reference, autoscaler=autoscaler
+                        )
                 for fleet in fleets(BacktestConfig.priced()):
                     for policy in ("static", args.policy):
                         jobs[(variant, offset, fleet, policy)] = pool.submit(
