@@ -52,7 +52,7 @@ class NodeSpec:
     price: float
 
 
-class _Open:
+class OpenNode:
     """A node in use: what is left of each GPU and which pods sit where."""
 
     __slots__ = ("free", "pods", "spec")
@@ -89,12 +89,12 @@ Buckets = list[tuple[int, list[int]]]  # (GPUs per node, the node indices of tha
 
 
 class Packing:
-    """Pods on nodes, each node in use an :class:`_Open`; nodes not in use hold nothing."""
+    """Pods on nodes, each node in use an :class:`OpenNode`; nodes not in use hold nothing."""
 
     def __init__(self, nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets]):
         self.nodes = nodes
         self.by_size = by_size  # eligible nodes by size, per gpu_spec (shared between packings, read-only)
-        self.open: dict[int, _Open] = {}
+        self.open: dict[int, OpenNode] = {}
         self.where: dict[int, int] = {}  # pod -> node index
 
     def buckets(self, models: tuple[str, ...]) -> Buckets:
@@ -145,9 +145,9 @@ class Packing:
         self.where[pod] = index
         return True
 
-    def _opened(self, spec: NodeSpec) -> _Open:
+    def _opened(self, spec: NodeSpec) -> OpenNode:
         """A node newly in use (``sharing-modes`` gives its nodes a sharing mode: :mod:`.node_modes`)."""
-        return _Open(spec)
+        return OpenNode(spec)
 
     def remove(self, pod: int) -> None:
         index = self.where.pop(pod)

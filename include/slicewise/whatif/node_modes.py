@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from slicewise.catalog import Catalog
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.fleet import EPS, WHOLE, Ask
-from slicewise.whatif.ideal import Buckets, NodeSpec, Packing, _Open
+from slicewise.whatif.ideal import Buckets, NodeSpec, OpenNode, Packing
 from slicewise.whatif.policies import SHARING_MODES
 from slicewise.whatif.sharing import SharingReplay, mig_sizes, mps_sizes
 from slicewise.whatif.trace import TraceNode
@@ -47,7 +47,7 @@ def _smallest(sizes: tuple[float, ...], share: float) -> float:
     return next(size for size in sizes if size >= share - EPS)
 
 
-class ModeNode(_Open):
+class ModeNode(OpenNode):
     """A node in use with one mode: ``tenant`` 1.0 for whole GPUs (and MIG slices), below 1 for MPS tenants of
     that size; None until its first pod."""
 
@@ -100,7 +100,7 @@ class ModesPacking(Packing):
         super().__init__(nodes, by_size)
         self.forms = forms  # by the node list's model name
 
-    def _opened(self, spec: NodeSpec) -> _Open:
+    def _opened(self, spec: NodeSpec) -> OpenNode:
         return ModeNode(spec, self.forms[spec.kind])
 
 
