@@ -9,13 +9,13 @@ replica count for all of them), and "sharing with MPS is currently not supported
   beside whole GPUs (mig-parted's per-device configs and the mixed strategy allow that mix);
 - **MPS** with one tenant size (1 / replicas): only fractional pods that tenant holds, one tenant each.
 
-A fractional pod goes where it holds the least: to a tenant or slice on a node in use (best fit), else to a
-whole GPU on a node in use, else to the smallest free node, which it puts in MPS with the smallest tenant that
-holds it where that is smaller than its smallest MIG slice (on a model without MIG, any tenant below a whole GPU),
-and in whole-GPU mode otherwise. Placed once and never moved, as under ``sharing``. A node's mode lasts while it
-holds a pod and is free to change once it is empty (no reconfiguration time), and a GPU takes any mix of MIG
-slices, so it is still optimistic; but it is a greedy rule, not a bound. It tells how much of ``ideal``'s
-node-GPU-hour cut placing each pod once could reach within the modes a real node has (docs/backtest.md).
+A fractional pod goes, best fit, to a tenant or slice on a node in use, else to a whole GPU on a node in use
+(best fit by whole GPUs left, as a whole-GPU pod), else to the smallest free node, which it puts in MPS with the
+smallest tenant that holds it where that is smaller than its smallest MIG slice (on a model without MIG, any tenant
+below a whole GPU), and in whole-GPU mode otherwise. Placed once and never moved, as under ``sharing``. A node's
+mode lasts while it holds a pod and is free to change once it is empty (no reconfiguration time), and a GPU takes
+any mix of MIG slices, so it is still optimistic; but it is a greedy rule, not a bound. It tells how much of
+``ideal``'s node-GPU-hour cut placing each pod once could reach within the modes a real node has (docs/backtest.md).
 """
 
 from __future__ import annotations
