@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,8 +172,15 @@ class Packing:
         return sum(len(gpus) * share for node in self.open.values() for gpus, share in node.pods.values())
 
 
+#: Makes an empty packing of the nodes (``Packing``, or ``ideal-modes``' packing with one sharing mode per node).
+NewPacking = Callable[[Sequence[NodeSpec], dict[tuple[str, ...], Buckets]], Packing]
+
+
 def pack(
-    nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets], pods: Iterable[tuple[int, Ask]]
+    nodes: Sequence[NodeSpec],
+    by_size: dict[tuple[str, ...], Buckets],
+    pods: Iterable[tuple[int, Ask]],
+    new: NewPacking = Packing,
 ) -> Packing | None:
     """A fresh packing of ``pods``, largest first; None when the packer finds no room for one of them.
 
@@ -187,7 +194,7 @@ def pack(
     items = sorted(pods, key=lambda item: (-item[1].gpus, -item[1].share, item[0]))
     orders = [items]
     if any(ask.models for _, ask in items):
-        probe = Packing(nodes, by_size)
+        probe = new(nodes, by_size)
         room = {ask.models: sum(size * len(ix) for size, ix in probe.buckets(ask.models)) for _, ask in items}
         orders.append(
             sorted(items, key=lambda item: (room[item[1].models], -item[1].gpus, -item[1].share, item[0]))
@@ -195,7 +202,7 @@ def pack(
     best: Packing | None = None
     for order in orders:
         for look_ahead in (None, "demand", "gpus"):
-            packing = Packing(nodes, by_size)
+            packing = new(nodes, by_size)
             demand = sum(ask.gpus * ask.share for _, ask in order)
             gpus = sum(ask.gpus for _, ask in order)
             for pod, ask in order:
@@ -261,7 +268,8 @@ class IdealReplay:
             for i, n in enumerate(nodes)
         ]
         self.by_size: dict[tuple[str, ...], Buckets] = {}
-        self.packing = self._packing(nodes, catalog, config)
+        self.new_packing = self._new_packing(nodes, catalog, config)
+        self.packing = self.new_packing(self.nodes, self.by_size)
         self.asks = self._asks(pods, nodes, catalog, config)
         self.classes = np.array([p.size_class for p in pods])
         count = len(pods)
@@ -282,9 +290,9 @@ class IdealReplay:
         self.work = 0.0
         self.suspensions = 0
 
-    def _packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> Packing:
-        """The packing the replay starts from: no pod placed."""
-        return Packing(self.nodes, self.by_size)
+    def _new_packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
+        """What makes the replay's packings: its start, and every repacking."""
+        return Packing
 
     def _asks(
         self, pods: tuple[TracePod, ...], nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig
@@ -351,7 +359,9 @@ class IdealReplay:
             if self.packing.node_gpus() > in_use:  # it took a node of its own: could all fit on fewer?
                 self._consolidate()
         else:
-            repacked = pack(self.nodes, self.by_size, [*self._running_asks(), (pod_id, ask)])
+            repacked = pack(
+                self.nodes, self.by_size, [*self._running_asks(), (pod_id, ask)], self.new_packing
+            )
             if repacked is not None:
                 self.packing = repacked
                 self._start(pod_id, when)
@@ -361,7 +371,7 @@ class IdealReplay:
 
     def _consolidate(self) -> None:
         """Free repacking: place the running pods anew when that needs fewer node-GPUs."""
-        repacked = pack(self.nodes, self.by_size, self._running_asks())
+        repacked = pack(self.nodes, self.by_size, self._running_asks(), self.new_packing)
         if repacked is not None and repacked.node_gpus() < self.packing.node_gpus():
             self.packing = repacked
 
@@ -383,14 +393,14 @@ class IdealReplay:
     def _admit_in_arrival_order(self, when: float) -> None:
         present = sorted([*self.running, *self.waiting])
         admitted: list[tuple[int, Ask]] = []
-        packing = Packing(self.nodes, self.by_size)
+        packing = self.new_packing(self.nodes, self.by_size)
         failed: set[Ask] = set()
         for pod_id in present:
             ask = self.asks[pod_id]
             if ask in failed:
                 continue
             if not packing.add(pod_id, ask):
-                repacked = pack(self.nodes, self.by_size, [*admitted, (pod_id, ask)])
+                repacked = pack(self.nodes, self.by_size, [*admitted, (pod_id, ask)], self.new_packing)
                 if repacked is None:
                     failed.add(ask)
                     continue
@@ -402,7 +412,7 @@ class IdealReplay:
         self.waiting = [pod_id for pod_id in self.waiting if pod_id not in keep]
         for pod_id in sorted(keep - self.running):
             self._start(pod_id, when)
-        consolidated = pack(self.nodes, self.by_size, admitted)
+        consolidated = pack(self.nodes, self.by_size, admitted, self.new_packing)
         self.packing = (
             consolidated
             if consolidated is not None and consolidated.node_gpus() < packing.node_gpus()

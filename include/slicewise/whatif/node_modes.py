@@ -16,18 +16,22 @@ below a whole GPU), and in whole-GPU mode otherwise. Placed once and never moved
 mode lasts while it holds a pod and is free to change once it is empty (no reconfiguration time), and a GPU takes
 any mix of MIG slices, so it is still optimistic; but it is a greedy rule, not a bound. It tells how much of
 ``ideal``'s node-GPU-hour cut placing each pod once could reach within the modes a real node has (docs/backtest.md).
+
+``ideal-modes`` is ``ideal`` (free repacking, arrival-order admission) on the same nodes: how much of ``ideal``'s
+lead the modes themselves cost when pods move for free.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slicewise.catalog import Catalog
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.fleet import EPS, WHOLE, Ask
-from slicewise.whatif.ideal import Buckets, NodeSpec, OpenNode, Packing
-from slicewise.whatif.policies import SHARING_MODES
+from slicewise.whatif.ideal import Buckets, IdealReplay, NewPacking, NodeSpec, OpenNode, Packing
+from slicewise.whatif.policies import IDEAL_MODES, SHARING_MODES
 from slicewise.whatif.sharing import SharingReplay, mig_sizes, mps_sizes
 from slicewise.whatif.trace import TraceNode
 
@@ -104,16 +108,30 @@ class ModesPacking(Packing):
         return ModeNode(spec, self.forms[spec.kind])
 
 
+def modes_packing(nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
+    """What makes empty :class:`ModesPacking` of ``nodes``, with the forms of each node's GPU model."""
+    models = config.fleet_models(nodes, catalog)
+    replicas = sorted({c.mps_replicas for c in catalog.device_plugin_configs.values()})
+    forms = {
+        name: NodeForms(mig_sizes(models.of(name)), mps_sizes(models.of(name), replicas))
+        for name in {n.model for n in nodes}
+    }
+    return functools.partial(ModesPacking, forms=forms)
+
+
 class ModesReplay(SharingReplay):
     """``sharing-modes``: :class:`SharingReplay` on nodes with one sharing mode each."""
 
     name = SHARING_MODES
 
-    def _packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> Packing:
-        models = config.fleet_models(nodes, catalog)
-        replicas = sorted({c.mps_replicas for c in catalog.device_plugin_configs.values()})
-        forms = {
-            name: NodeForms(mig_sizes(models.of(name)), mps_sizes(models.of(name), replicas))
-            for name in {n.model for n in nodes}
-        }
-        return ModesPacking(self.nodes, self.by_size, forms)
+    def _new_packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
+        return modes_packing(nodes, catalog, config)
+
+
+class IdealModesReplay(IdealReplay):
+    """``ideal-modes``: :class:`IdealReplay` (free repacking, arrival order) on nodes with one sharing mode each."""
+
+    name = IDEAL_MODES
+
+    def _new_packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
+        return modes_packing(nodes, catalog, config)

@@ -35,6 +35,7 @@ IDEAL = "ideal"
 SHARING = "sharing"
 SHARING_FORMS = "sharing-forms"
 SHARING_MODES = "sharing-modes"
+IDEAL_MODES = "ideal-modes"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -173,6 +174,7 @@ POLICIES: dict[str, Policy] = {
         Policy(SHARING, False, None),
         Policy(SHARING_FORMS, False, None),
         Policy(SHARING_MODES, False, None),
+        Policy(IDEAL_MODES, False, None),
     )
 }
 

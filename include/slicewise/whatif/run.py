@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.node_modes import ModesReplay
-from slicewise.whatif.policies import IDEAL, SHARING, SHARING_FORMS, SHARING_MODES, Policy
+from slicewise.whatif.node_modes import IdealModesReplay, ModesReplay
+from slicewise.whatif.policies import IDEAL, IDEAL_MODES, SHARING, SHARING_FORMS, SHARING_MODES, Policy
 from slicewise.whatif.sharing import FormsReplay, SharingReplay
 from slicewise.whatif.trace import PodTrace, TraceNode
 
@@ -78,6 +78,7 @@ def replay(
         SHARING: SharingReplay,
         SHARING_FORMS: FormsReplay,
         SHARING_MODES: ModesReplay,
+        IDEAL_MODES: IdealModesReplay,
     }.get(policy.name)
     if reference is not None:
         return reference(trace.pods, fleet, load_catalog(), config, window).run()

@@ -1,4 +1,5 @@
-"""``sharing-modes``: ``sharing-forms`` on nodes with one sharing mode each, hand-computed beside ``sharing-forms``."""
+"""One sharing mode per node: ``sharing-modes`` (``sharing-forms`` so) hand-computed beside ``sharing-forms``, and
+``ideal-modes`` (``ideal`` so) beside ``ideal`` and ``sharing-modes``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from slicewise.catalog import load_catalog
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.ideal import IdealReplay
 from slicewise.whatif.metrics import PolicyResult
-from slicewise.whatif.node_modes import ModeNode, ModesReplay
-from slicewise.whatif.policies import SHARING_MODES, parse_policies
+from slicewise.whatif.node_modes import IdealModesReplay, ModeNode, ModesReplay
+from slicewise.whatif.policies import IDEAL_MODES, SHARING_MODES, parse_policies
 from slicewise.whatif.run import replay
 from slicewise.whatif.sharing import FormsReplay
 from slicewise.whatif.trace import PodTrace, TraceNode, TracePod
@@ -115,3 +116,34 @@ def test_the_backtest_knows_sharing_in_node_modes_by_name() -> None:
     result = replay(policy, PodTrace(pods, ()), [TraceNode("n1", 1, "T4")], CONFIG, (0.0, 1000.0))
     assert (result.policy, result.wait_mean_s) == (SHARING_MODES, 50.0)
     assert result.node_gpu_hours == pytest.approx(200 / 3600)
+
+
+def test_ideal_in_node_modes_pays_for_a_second_node_where_ideal_mixes_one() -> None:
+    # A whole-GPU pod and three 0.3-GPU pods, all 0-1000 s, on two 2-GPU T4 nodes. ideal puts the three on a's
+    # second GPU (0.9) beside the whole-GPU pod: 2 GPUs. With one mode per node, a node holds the whole-GPU pod
+    # and a whole GPU of small pods, or MPS tenants: repacking cannot do better than both nodes, 4 GPUs.
+    nodes = [TraceNode("a", 2, "T4"), TraceNode("b", 2, "T4")]
+    pods = [pod("w", 0, 1000, 1.0), *(pod(f"s{i}", 0, 1000, 0.3) for i in range(3))]
+    _, bound = run(IdealReplay, pods, nodes)
+    assert bound.node_gpu_hours == pytest.approx(2000 / 3600)
+    _, result = run(IdealModesReplay, pods, nodes)
+    assert result.policy == IDEAL_MODES
+    assert result.node_gpu_hours == pytest.approx(4000 / 3600)
+
+
+def test_ideal_in_node_modes_repacks_small_pods_into_one_mps_node() -> None:
+    # w (0-100 s) opens a whole; s1 (0.3, from 10 s) takes a's other GPU whole. At 200 s s2 takes a's free GPU,
+    # and s3 finds no room: sharing-modes opens b in MPS (a: 0-1200 s, b: 200-1200 s, 2 GPUs each). ideal-modes
+    # repacks the three onto one MPS GPU of a the moment b opens: a alone, 0-1200 s.
+    nodes = [TraceNode("a", 2, "T4"), TraceNode("b", 2, "T4")]
+    pods = [
+        pod("w", 0, 100, 1.0),
+        pod("s1", 10, 990, 0.3),
+        pod("s2", 200, 1000, 0.3),
+        pod("s3", 200, 1000, 0.3),
+    ]
+    _, placed_once = run(ModesReplay, pods, nodes)
+    assert placed_once.node_gpu_hours == pytest.approx((2 * 1200 + 2 * 1000) / 3600)
+    _, repacked = run(IdealModesReplay, pods, nodes)
+    assert repacked.node_gpu_hours == pytest.approx(2 * 1200 / 3600)
+    assert repacked.wait_mean_s == 0.0
