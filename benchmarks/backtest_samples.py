@@ -86,6 +86,13 @@ IDEAL_FLEET = "any"
 # sharing-forms and sharing-modes depend on the GPU models (their MIG slices and MPS limits): one run per model
 # mapping
 FORMS, MODES = SHARING_FORMS, SHARING_MODES
+#: The references that place each pod once and never move it, whose share of ideal's node-GPU-hour cut the tables'
+#: last columns give: (column heading, policy, what the last line calls it).
+REFERENCES = (
+    ("sharing's", "sharing", "placing each pod once and never moving it (sharing)"),
+    ("forms'", FORMS, "in the forms the GPUs offer (sharing-forms)"),
+    ("modes'", MODES, "with one sharing mode per node (sharing-modes)"),
+)
 #: The planner policies ``--policy`` may judge: the same planner on the last hour, on now, on the true next hour.
 JUDGED = ("packing", "reactive", "oracle")
 
@@ -163,6 +170,12 @@ def forms_fleet(fleet: str) -> str:
     return next(name for name, config in configs.items() if config.gpu_model == configs[fleet].gpu_model)
 
 
+def reference_fleet(fleet: str, policy: str) -> str:
+    """The fleet a reference's run for ``fleet`` is kept under: ``sharing`` has one run per sample, the forms and
+    modes one per GPU model mapping."""
+    return IDEAL_FLEET if policy == "sharing" else forms_fleet(fleet)
+
+
 def _cut(before: float, after: float) -> float:
     return (before - after) / before if before > 0 else 0.0
 
@@ -204,11 +217,8 @@ class Tally:
     small_longer: int = 0
     fleets: int = 0
     node_goal: int = 0  # packing's median share of ideal's node-GPU-hour cut reaches NODE_GOAL_SHARE
-    node_goal_unmoved: int = 0  # sharing's does: placing each pod once, never moving one, could reach it
-    node_goal_forms: int = 0  # sharing-forms' does: the same in the forms the GPUs offer
-    node_goal_modes: int = (
-        0  # sharing-modes' does: the same with one sharing mode per node, as the device plugin
-    )
+    # each of the REFERENCES' does, by policy: placing each pod once, never moving one, could reach it
+    node_goal_references: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add(
         self,
@@ -218,9 +228,7 @@ class Tally:
         longer: int,
         small: int,
         node: list[float],
-        unmoved: list[float],
-        forms: list[float],
-        modes: list[float],
+        references: Mapping[str, list[float]],
     ) -> None:
         self.counted += cuts
         self.wait_goal += reached
@@ -228,21 +236,27 @@ class Tally:
         self.longer += longer
         self.small_longer += small
         self.fleets += 1
-        self.node_goal += bool(node) and statistics.median(node) >= NODE_GOAL_SHARE
-        self.node_goal_unmoved += bool(unmoved) and statistics.median(unmoved) >= NODE_GOAL_SHARE
-        self.node_goal_forms += bool(forms) and statistics.median(forms) >= NODE_GOAL_SHARE
-        self.node_goal_modes += bool(modes) and statistics.median(modes) >= NODE_GOAL_SHARE
+        self.node_goal += _reaches(node)
+        for policy, shares in references.items():
+            self.node_goal_references[policy] = self.node_goal_references.get(policy, 0) + _reaches(shares)
 
     def describe(self) -> str:
+        could = [
+            f"{said} {'could on' if i == 0 else 'on'} {self.node_goal_references.get(policy, 0)}"
+            for i, (_, policy, said) in enumerate(REFERENCES)
+        ]
         return (
             f"issue 14's goals: the wait goal on {self.wait_goal} of {self.counted} sample-fleets (static >= 10 "
             f"min; of the {self.counted - self.wait_goal} misses, ideal itself cuts less than {GOAL_CUT:.0%} on "
             f"{self.beyond}), {self.longer} waiting longer than static, small pods longer on {self.small_longer}; "
             f"node-GPU-hours at >= {NODE_GOAL_SHARE:.0%} of ideal's cut (median) on {self.node_goal} of "
-            f"{self.fleets} variant-fleets, where placing each pod once and never moving it (sharing) could on "
-            f"{self.node_goal_unmoved}, in the forms the GPUs offer (sharing-forms) on {self.node_goal_forms}, and "
-            f"with one sharing mode per node (sharing-modes) on {self.node_goal_modes}"
+            f"{self.fleets} variant-fleets, where {', '.join(could[:-1])}, and {could[-1]}"
         )
+
+
+def _reaches(shares: list[float]) -> bool:
+    """Whether the median of ``shares`` reaches the node-hour goal (none: no)."""
+    return bool(shares) and statistics.median(shares) >= NODE_GOAL_SHARE
 
 
 def report(
@@ -269,9 +283,7 @@ def report(
             "ideal s",
             "sharing s",
             "node-GPU-h (ideal's)",
-            "sharing's",
-            "forms'",
-            "modes'",
+            *(heading for heading, _, _ in REFERENCES),
         ]
     ]
     summary = [
@@ -284,22 +296,16 @@ def report(
             "longer than static (> 1 %)",
             "small pods longer",
             "node-GPU-h: share of ideal's cut",
-            "sharing's",
-            "forms'",
-            "modes'",
+            *(heading for heading, _, _ in REFERENCES),
         ]
     ]
     if paid:
         summary[0].append("paid GPU-h: share of ideal's cut")
     for fleet in fleets(BacktestConfig.priced()):
         cuts, shares, reached, beyond, longer, small = [], [], 0, 0, 0, 0
-        node_shares, sharing_node_shares, forms_node_shares, modes_node_shares, paid_shares = (
-            [],
-            [],
-            [],
-            [],
-            [],
-        )
+        node_shares: list[float] = []
+        paid_shares: list[float] = []
+        reference_shares: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
         for offset, figures in samples.items():
             nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -319,11 +325,16 @@ def report(
             ideal_node_cut = _cut(static.node_gpu_hours, ideal.node_gpu_hours)
             node_share = _share(node_cut, ideal_node_cut)
             # What placing once with ideal's packer, never moving a pod, gets of ideal's node-hour cut.
-            sharing_node_share = _share(_cut(static.node_gpu_hours, sharing.node_gpu_hours), ideal_node_cut)
-            forms = figures[(forms_fleet(fleet), FORMS)]
-            forms_node_share = _share(_cut(static.node_gpu_hours, forms.node_gpu_hours), ideal_node_cut)
-            modes = figures[(forms_fleet(fleet), MODES)]
-            modes_node_share = _share(_cut(static.node_gpu_hours, modes.node_gpu_hours), ideal_node_cut)
+            reference_share = {
+                policy: _share(
+                    _cut(
+                        static.node_gpu_hours,
+                        figures[(reference_fleet(fleet, policy), policy)].node_gpu_hours,
+                    ),
+                    ideal_node_cut,
+                )
+                for _, policy, _ in REFERENCES
+            }
             share = _share(cut, ideal_cut)
             # The same cut in what the cluster pays for: the nodes in service (ideal's: what it held, whatif.held).
             paid_share = _share(
@@ -343,9 +354,7 @@ def report(
                     class_means(ideal.wait_by_class),
                     class_means(sharing.wait_by_class),
                     f"{-node_cut:+.1%} ({_pct(node_share)})",
-                    _pct(sharing_node_share),
-                    _pct(forms_node_share),
-                    _pct(modes_node_share),
+                    *(_pct(reference_share[policy]) for _, policy, _ in REFERENCES),
                 ]
             )
             if static.wait_mean_s < LONG_WAIT_S:
@@ -354,12 +363,9 @@ def report(
             shares.append(share or 0.0)
             if node_share is not None:
                 node_shares.append(node_share)
-            if sharing_node_share is not None:
-                sharing_node_shares.append(sharing_node_share)
-            if forms_node_share is not None:
-                forms_node_shares.append(forms_node_share)
-            if modes_node_share is not None:
-                modes_node_shares.append(modes_node_share)
+            for policy, value in reference_share.items():
+                if value is not None:
+                    reference_shares[policy].append(value)
             if paid_share is not None:
                 paid_shares.append(paid_share)
             goal = cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
@@ -374,9 +380,7 @@ def report(
             longer,
             small,
             node_shares,
-            sharing_node_shares,
-            forms_node_shares,
-            modes_node_shares,
+            reference_shares,
         )
         summary.append(
             [
@@ -388,9 +392,7 @@ def report(
                 f"{longer} / {len(cuts)}",
                 f"{small} / {len(cuts)}",
                 _span(node_shares),
-                _span(sharing_node_shares),
-                _span(forms_node_shares),
-                _span(modes_node_shares),
+                *(_span(reference_shares[policy]) for _, policy, _ in REFERENCES),
             ]
             + ([_span(paid_shares)] if paid else [])
         )

@@ -179,13 +179,18 @@ class Catalog:
                 f"unknown device-plugin config {device_plugin_config!r}; known: {known}"
             ) from None
 
+    def mps_replica_counts(self) -> list[int]:
+        """The MPS replica counts the device-plugin configs offer, ascending (1: no sharing)."""
+        return sorted({c.mps_replicas for c in self.device_plugin_configs.values()})
+
     def device_plugin_config_for(self, replicas: int) -> str:
         """The device-plugin config with ``replicas`` MPS clients per GPU (``default`` for 1)."""
         for config in self.device_plugin_configs.values():
             if config.mps_replicas == replicas:
                 return config.name
-        offered = sorted(c.mps_replicas for c in self.device_plugin_configs.values())
-        raise CatalogError(f"no device-plugin config with {replicas} MPS replicas; offered: {offered}")
+        raise CatalogError(
+            f"no device-plugin config with {replicas} MPS replicas; offered: {self.mps_replica_counts()}"
+        )
 
 
 def load_catalog(config_dir: Path | None = None) -> Catalog:

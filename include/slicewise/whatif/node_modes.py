@@ -111,7 +111,7 @@ class ModesPacking(Packing):
 def modes_packing(nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
     """What makes empty :class:`ModesPacking` of ``nodes``, with the forms of each node's GPU model."""
     models = config.fleet_models(nodes, catalog)
-    replicas = sorted({c.mps_replicas for c in catalog.device_plugin_configs.values()})
+    replicas = catalog.mps_replica_counts()
     forms = {
         name: NodeForms(mig_sizes(models.of(name)), mps_sizes(models.of(name), replicas))
         for name in {n.model for n in nodes}

@@ -71,7 +71,7 @@ class FormsReplay(SharingReplay):
         self, pods: tuple[TracePod, ...], nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig
     ) -> list[Ask]:
         models = config.fleet_models(nodes, catalog)
-        replicas = sorted({c.mps_replicas for c in catalog.device_plugin_configs.values()})
+        replicas = catalog.mps_replica_counts()
         forms = {name: form_sizes(models.of(name), replicas) for name in {n.model for n in nodes}}
         return [in_forms(ask, forms) for ask in super()._asks(pods, nodes, catalog, config)]
 
