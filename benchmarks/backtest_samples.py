@@ -25,10 +25,12 @@ wait, and it hides them), and the node-GPU-hour cut's share of ``ideal``'s, ``pa
 placing each pod once, never moving it, leaves of that cut), ``sharing-forms``' (the same with each
 fractional pod in the smallest MIG slice or MPS tenant that holds it: what the GPUs' real forms leave) and
 ``sharing-modes``' (the same with one sharing mode per node, as the device plugin has it: what the nodes' real
-modes leave); a last line counts issue 14's goals over the variants (the wait goal's misses where ``ideal``
-itself cuts less than 80 %, which no policy could reach; the node-GPU-hour goal by each variant-fleet's median,
-beside how many ``sharing``, ``sharing-forms`` and ``sharing-modes`` reach: the cells a planner that moves no pod
-could reach, ``sharing-modes`` within the modes a real node has).
+modes leave); a reference's share is marked `` *`` where its own mean wait is longer than ``static``'s by the
+median (it bought node-hours with waits); a last line counts issue 14's goals over the variants (the wait goal's
+misses where ``ideal`` itself cuts less than 80 %, which no policy could reach; the node-GPU-hour goal by each
+variant-fleet's median, beside how many ``sharing``, ``sharing-forms`` and ``sharing-modes`` reach, and of those
+how many without waiting longer than ``static``: the cells a planner that moves no pod could reach,
+``sharing-modes`` within the modes a real node has).
 ``--planner FIELD=VALUE`` (repeatable) replays
 ``packing`` with a ``PlannerConfig`` field changed, so a change of the planner's settings is judged on every
 sample, not on the one it was tuned on; ``--no-prefer-shared`` replays without the fractional pods' preference
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import statistics
 import time
@@ -219,6 +222,8 @@ class Tally:
     node_goal: int = 0  # packing's median share of ideal's node-GPU-hour cut reaches NODE_GOAL_SHARE
     # each of the REFERENCES' does, by policy: placing each pod once, never moving one, could reach it
     node_goal_references: dict[str, int] = dataclasses.field(default_factory=dict)
+    # ... and the reference's median wait is no longer than static's: the node-hours are not bought with waits
+    node_goal_references_no_longer: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add(
         self,
@@ -229,6 +234,7 @@ class Tally:
         small: int,
         node: list[float],
         references: Mapping[str, list[float]],
+        reference_waits: Mapping[str, list[float]],
     ) -> None:
         self.counted += cuts
         self.wait_goal += reached
@@ -238,11 +244,17 @@ class Tally:
         self.fleets += 1
         self.node_goal += _reaches(node)
         for policy, shares in references.items():
-            self.node_goal_references[policy] = self.node_goal_references.get(policy, 0) + _reaches(shares)
+            reached = _reaches(shares)
+            no_longer = not _waits_longer(reference_waits[policy])
+            self.node_goal_references[policy] = self.node_goal_references.get(policy, 0) + reached
+            self.node_goal_references_no_longer[policy] = self.node_goal_references_no_longer.get(
+                policy, 0
+            ) + (reached and no_longer)
 
     def describe(self) -> str:
         could = [
-            f"{said} {'could on' if i == 0 else 'on'} {self.node_goal_references.get(policy, 0)}"
+            f"{said} {'could on' if i == 0 else 'on'} {self.node_goal_references.get(policy, 0)} "
+            f"({self.node_goal_references_no_longer.get(policy, 0)} without waiting longer than static)"
             for i, (_, policy, said) in enumerate(REFERENCES)
         ]
         return (
@@ -257,6 +269,17 @@ class Tally:
 def _reaches(shares: list[float]) -> bool:
     """Whether the median of ``shares`` reaches the node-hour goal (none: no)."""
     return bool(shares) and statistics.median(shares) >= NODE_GOAL_SHARE
+
+
+def _waits_longer(changes: list[float]) -> bool:
+    """Whether the median of ``changes`` (a mean wait's relative change against static's) is longer than static
+    by more than ``NOISE``."""
+    return bool(changes) and statistics.median(changes) > NOISE
+
+
+def _change(before: float, after: float) -> float:
+    """``after`` against ``before``, relative (0 where both are 0)."""
+    return (after - before) / before if before > 0 else (0.0 if after <= 0 else math.inf)
 
 
 def report(
@@ -306,6 +329,7 @@ def report(
         node_shares: list[float] = []
         paid_shares: list[float] = []
         reference_shares: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
+        reference_waits: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
         for offset, figures in samples.items():
             nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -366,6 +390,8 @@ def report(
             for policy, value in reference_share.items():
                 if value is not None:
                     reference_shares[policy].append(value)
+                reference = figures[(reference_fleet(fleet, policy), policy)]
+                reference_waits[policy].append(_change(static.wait_mean_s, reference.wait_mean_s))
             if paid_share is not None:
                 paid_shares.append(paid_share)
             goal = cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
@@ -381,6 +407,7 @@ def report(
             small,
             node_shares,
             reference_shares,
+            reference_waits,
         )
         summary.append(
             [
@@ -392,7 +419,10 @@ def report(
                 f"{longer} / {len(cuts)}",
                 f"{small} / {len(cuts)}",
                 _span(node_shares),
-                *(_span(reference_shares[policy]) for _, policy, _ in REFERENCES),
+                *(
+                    _span(reference_shares[policy]) + (" *" if _waits_longer(reference_waits[policy]) else "")
+                    for _, policy, _ in REFERENCES
+                ),
             ]
             + ([_span(paid_shares)] if paid else [])
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -91,9 +92,18 @@ Buckets = list[tuple[int, list[int]]]  # (GPUs per node, the node indices of tha
 class Packing:
     """Pods on nodes, each node in use an :class:`OpenNode`; nodes not in use hold nothing."""
 
-    def __init__(self, nodes: Sequence[NodeSpec], by_size: dict[tuple[str, ...], Buckets]):
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        by_size: dict[tuple[str, ...], Buckets],
+        spare: frozenset[str] = frozenset(),
+    ):
         self.nodes = nodes
         self.by_size = by_size  # eligible nodes by size, per gpu_spec (shared between packings, read-only)
+        # Placing pods once (sharing), a pod that may run elsewhere does not open the last free node of a model
+        # some pods can run on alone (gpu_spec): they would wait for it as long as it runs. Repacking (ideal) needs
+        # no such care, and its packer keeps the smallest node first.
+        self.spare = spare
         self.open: dict[int, OpenNode] = {}
         self.where: dict[int, int] = {}  # pod -> node index
 
@@ -110,9 +120,23 @@ class Packing:
 
     def _free_node(self, models: tuple[str, ...], at_least: int, room_for: float) -> int | None:
         """A node not in use for a request of ``at_least`` GPUs: the smallest that also holds ``room_for``
-        GPUs of demand still to place, else the largest there is."""
+        GPUs of demand still to place, else the largest there is; not the last free node of a ``spare`` model
+        while another will do."""
+        if self.spare:
+            free = Counter(
+                spec.kind for spec in self.nodes if spec.kind in self.spare and spec.index not in self.open
+            )
+            kept = {kind for kind in self.spare if free[kind] == 1}
+            found = self._free_of(models, at_least, room_for, lambda i: self.nodes[i].kind not in kept)
+            if found is not None:
+                return found
+        return self._free_of(models, at_least, room_for, lambda i: True)
+
+    def _free_of(
+        self, models: tuple[str, ...], at_least: int, room_for: float, allowed: Callable[[int], bool]
+    ) -> int | None:
         free = [
-            (size, next((i for i in nodes if i not in self.open), None))
+            (size, next((i for i in nodes if i not in self.open and allowed(i)), None))
             for size, nodes in self.buckets(models)
         ]
         sizes = [(size, index) for size, index in free if index is not None and size >= at_least]

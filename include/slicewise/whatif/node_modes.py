@@ -100,23 +100,27 @@ class ModesPacking(Packing):
         nodes: Sequence[NodeSpec],
         by_size: dict[tuple[str, ...], Buckets],
         forms: Mapping[str, NodeForms],
+        spare: frozenset[str] = frozenset(),
     ):
-        super().__init__(nodes, by_size)
+        super().__init__(nodes, by_size, spare)
         self.forms = forms  # by the node list's model name
 
     def _opened(self, spec: NodeSpec) -> OpenNode:
         return ModeNode(spec, self.forms[spec.kind])
 
 
-def modes_packing(nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
-    """What makes empty :class:`ModesPacking` of ``nodes``, with the forms of each node's GPU model."""
+def modes_packing(
+    nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig, spare: frozenset[str] = frozenset()
+) -> NewPacking:
+    """What makes empty :class:`ModesPacking` of ``nodes``, with the forms of each node's GPU model (``spare``:
+    :class:`Packing`'s)."""
     models = config.fleet_models(nodes, catalog)
     replicas = catalog.mps_replica_counts()
     forms = {
         name: NodeForms(mig_sizes(models.of(name)), mps_sizes(models.of(name), replicas))
         for name in {n.model for n in nodes}
     }
-    return functools.partial(ModesPacking, forms=forms)
+    return functools.partial(ModesPacking, forms=forms, spare=spare)
 
 
 class ModesReplay(SharingReplay):
@@ -125,7 +129,7 @@ class ModesReplay(SharingReplay):
     name = SHARING_MODES
 
     def _new_packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
-        return modes_packing(nodes, catalog, config)
+        return modes_packing(nodes, catalog, config, self._sole_models(nodes))
 
 
 class IdealModesReplay(IdealReplay):

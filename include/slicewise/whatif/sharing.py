@@ -4,7 +4,9 @@ Any share on any GPU with room, at no cost (no slice sizes, replica counts, reco
 under ``ideal``; but each pod is placed once — when it arrives, or when room frees up — and never moved, and the
 queue is tried in arrival order with backfill: a pod that does not fit does not hold up the ones behind it, and
 nothing makes room for it. The placement is ``ideal``'s packer (the node in use where the pod fits tightest, else
-the smallest free node).
+the smallest free node), with one care that repacking does not need: a pod that may run on other models does not
+open the last free node of a model some pods can run on alone (their ``gpu_spec``), while another node will do.
+Without it an unpinned pod took a sample's one P100 or V100 node and the pods pinned there waited for weeks.
 
 Beside ``ideal`` it splits the bound in two. ``ideal`` also repacks running pods for free and admits pods in
 arrival order (a later small pod is suspended so that an earlier whole-GPU pod gets its GPUs); ``sharing`` has
@@ -24,11 +26,12 @@ node-GPU-hour cut placing each pod once could reach with the sharing the GPU Ope
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from slicewise.catalog import Catalog, GpuModel
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.fleet import EPS, WHOLE, Ask
-from slicewise.whatif.ideal import IdealReplay
+from slicewise.whatif.ideal import IdealReplay, NewPacking, Packing
 from slicewise.whatif.policies import SHARING, SHARING_FORMS
 from slicewise.whatif.trace import TraceNode, TracePod
 
@@ -37,6 +40,16 @@ class SharingReplay(IdealReplay):
     """``sharing`` over a trace: :class:`IdealReplay`'s fleet, packer and meter without repacking or suspension."""
 
     name = SHARING
+
+    def _new_packing(self, nodes: list[TraceNode], catalog: Catalog, config: BacktestConfig) -> NewPacking:
+        return functools.partial(Packing, spare=self._sole_models(nodes))
+
+    def _sole_models(self, nodes: list[TraceNode]) -> frozenset[str]:
+        """The GPU models of the fleet some pod can run on alone (its ``gpu_spec`` leaves it one): placing
+        pods once, the last free node of such a model is left to them while another will do."""
+        kinds = {n.model for n in nodes}
+        allowed = (kinds.intersection(p.models) for p in self.pods if p.models)
+        return frozenset(next(iter(only)) for only in allowed if len(only) == 1)
 
     def _arrive(self, pod_id: int, when: float) -> None:
         self.waiting_since[pod_id] = when

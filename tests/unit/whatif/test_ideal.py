@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -13,6 +15,7 @@ from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import Ask
 from slicewise.whatif.ideal import IdealReplay, NodeSpec, pack
 from slicewise.whatif.metrics import PolicyResult
+from slicewise.whatif.node_modes import ModesReplay
 from slicewise.whatif.policies import POLICIES, SHARING, SHARING_FORMS, parse_policies
 from slicewise.whatif.run import replay
 from slicewise.whatif.sharing import FormsReplay, SharingReplay, form_sizes
@@ -233,6 +236,31 @@ def test_sharing_leaves_a_pod_where_it_was_placed() -> None:
     assert result.node_gpu_hours == pytest.approx((100 + 4 * 1000) / 3600)
     _, bound = ideal(pods, nodes, 2000)
     assert bound.node_gpu_hours == pytest.approx((1 + 4 * 99 + 901) / 3600)
+
+
+def test_sharing_leaves_the_last_free_node_of_a_model_to_the_pods_that_can_run_only_there() -> None:
+    # x (a whole GPU, any model) arrives first; y may run only on the V100 node. Placed once and never moved, x
+    # would take the smallest free node, the V100, and y would wait for it until 10,000 s. Since y can run on the
+    # V100 alone, x leaves that last free V100 node and opens the 2-GPU T4: y starts at once, for more node-GPUs.
+    nodes = [TraceNode("v", 1, "V100M16"), TraceNode("t", 2, "T4")]
+    x = pod("x", 0, 10_000, 1.0)
+    y = TracePod("y", 10, 100, 1, 1.0, "LS", ("V100M16",))
+    for kind in (SharingReplay, FormsReplay, ModesReplay):
+        run, result = ideal([x, y], nodes, 20_000, kind)
+        assert list(run.waited) == pytest.approx([0, 0]), kind
+        assert result.node_gpu_hours == pytest.approx((2 * 10_000 + 100) / 3600), kind
+    # A model no pod needs alone is not kept: with y free to go anywhere, x takes the V100 node, y the T4.
+    free_y = dataclasses.replace(y, models=())
+    _, result = ideal([x, free_y], nodes, 20_000, SharingReplay)
+    assert result.node_gpu_hours == pytest.approx((10_000 + 2 * 100) / 3600)
+    # Nor one with another node free: with a second V100 node, x takes the first and y starts on the second.
+    two = [TraceNode("v1", 1, "V100M16"), TraceNode("v2", 1, "V100M16"), TraceNode("t", 2, "T4")]
+    run, result = ideal([x, y], two, 20_000, SharingReplay)
+    assert list(run.waited) == pytest.approx([0, 0])
+    assert result.node_gpu_hours == pytest.approx((10_000 + 100) / 3600)
+    # ideal repacks, so it needs no such care: x first takes the V100 node and moves to the T4 when y comes.
+    _, bound = ideal([x, y], nodes, 20_000)
+    assert bound.wait_mean_s == 0
 
 
 def test_the_backtest_knows_sharing_by_name() -> None:
