@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600   # an autoscaler for every node
     .venv/bin/python benchmarks/backtest_samples.py --scale-down-unneeded-s 600 --no-shared-node-group
     .venv/bin/python benchmarks/backtest_samples.py --policy oracle   # judge the planner's view: reactive, oracle
+    .venv/bin/python benchmarks/backtest_samples.py --planner consolidation=nodes --keep-released   # no autoscaler
 
 ``benchmarks/backtest.py`` replays each variant on one sample of the nodes (``SAMPLES``: every 100th node, say). A
 share has ``1 / share`` such samples (``--node-offset`` of ``slicewise backtest``), and which nodes one holds
@@ -155,8 +156,8 @@ def run_one(
     prefer_shared: bool = True,
     autoscaler: Mapping[str, Any] | None = None,
 ) -> Figures:
-    """``autoscaler``: the replay's autoscaler settings (``BacktestConfig`` fields ``scale_down_*`` and
-    ``shared_node_group``)."""
+    """``autoscaler``: the replay's autoscaler settings (``BacktestConfig`` fields ``scale_down_*``,
+    ``shared_node_group`` and ``keep_released``)."""
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
     config = dataclasses.replace(config, prefer_shared=prefer_shared, **(autoscaler or {}))
@@ -460,6 +461,12 @@ def main() -> int:
         "nodes they held that long",
     )
     parser.add_argument(
+        "--keep-released",
+        action="store_true",
+        help="no autoscaler at all: a node a consolidation empties stays in service (the backtest's "
+        "--keep-released; not with --scale-down-unneeded-s)",
+    )
+    parser.add_argument(
         "--scale-down-utilization-threshold",
         type=float,
         default=0.5,
@@ -488,7 +495,10 @@ def main() -> int:
         print(f"traces absent: {TRACES} (they live in ../shared/data/traces); nothing measured")
         return 0
     began = time.perf_counter()
+    if args.keep_released and args.scale_down_unneeded_s is not None:
+        parser.error("--keep-released is a fleet without an autoscaler: not with --scale-down-unneeded-s")
     autoscaler = {
+        "keep_released": args.keep_released,
         "scale_down_unneeded_s": args.scale_down_unneeded_s,
         "scale_down_utilization_threshold": args.scale_down_utilization_threshold,
         "scale_down_delay_after_add_s": args.scale_down_delay_after_add_s,
@@ -538,6 +548,8 @@ def main() -> int:
             changed += f", none within {args.scale_down_delay_after_add_s:.0f} s of a scale-up"
         if not args.shared_node_group:
             changed += "; no node group shared by MPS"
+        if args.keep_released:
+            changed += "; no autoscaler: nodes a consolidation empties stay in service"
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )

@@ -86,7 +86,7 @@ from slicewise.errors import task_outcome
             type=["null", "number"],
             minimum=0,
             description="Your cluster autoscaler's --scale-down-unneeded-time in seconds (its default: 600), to "
-            "replay it for every node; empty: the fleet has none.",
+            "replay it for every node; empty: the fleet has none (nodes a consolidation empties stay idle).",
         ),
         "scale_down_utilization_threshold": Param(
             0.5,

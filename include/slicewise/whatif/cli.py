@@ -191,6 +191,13 @@ def register(subparsers: Any) -> None:
         help="seconds the autoscaler takes to add back a node a consolidation released (default 300)",
     )
     parser.add_argument(
+        "--keep-released",
+        action="store_true",
+        help="no autoscaler at all: a node a consolidation empties stays in service, idle and free to take pods "
+        "again, as every policy's empty nodes do (default: it is removed and added back after --scale-up-s); not "
+        "with --scale-down-unneeded-s",
+    )
+    parser.add_argument(
         "--scale-down-unneeded-s",
         type=float,
         default=None,
@@ -351,6 +358,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--reconfigure-s, --eviction-cost-s, --scale-up-s and --drain-cap-days must be >= 0")
     if args.scale_down_unneeded_s is not None and args.scale_down_unneeded_s < 0:
         raise ValueError("--scale-down-unneeded-s must be >= 0")
+    if args.keep_released and args.scale_down_unneeded_s is not None:
+        raise ValueError("--keep-released is a fleet without an autoscaler: not with --scale-down-unneeded-s")
     if args.scale_down_delay_after_add_s < 0:
         raise ValueError("--scale-down-delay-after-add-s must be >= 0")
     if not 0 <= args.scale_down_utilization_threshold <= 1:
@@ -379,6 +388,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         eviction_cost_s=args.eviction_cost_s,
         drain_cap_s=args.drain_cap_days * 86_400,
         scale_up_s=args.scale_up_s,
+        keep_released=args.keep_released,
         scale_down_unneeded_s=args.scale_down_unneeded_s,
         scale_down_utilization_threshold=args.scale_down_utilization_threshold,
         scale_down_delay_after_add_s=args.scale_down_delay_after_add_s,

@@ -88,6 +88,9 @@ class BacktestConfig:
     # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
     # removed (soft-tainted meanwhile) and added back as a released one; None: only consolidations release nodes
     scale_down_unneeded_s: float | None = None
+    # without scale_down_unneeded_s: no autoscaler at all, so a node a consolidation empties stays in service, idle
+    # and free to take pods again, as static's empty nodes do (False: it is removed and added back after scale_up_s)
+    keep_released: bool = False
     # with scale_down_unneeded_s: cluster-autoscaler's --scale-down-utilization-threshold (0.5 is its default): a
     # node whose GPU utilisation is under it and whose pods all fit elsewhere is unneeded too, and is drained
     # (its pods evicted) and removed once unneeded that long; 0: only empty nodes are removed
@@ -273,9 +276,9 @@ class Replay:
             self.fleet.back(node, *self.pending_changes.pop(subject))
             if subject in self.releasing:
                 self.releasing.discard(subject)
-                if self.config.scale_down_unneeded_s is None:
+                if self.config.scale_down_unneeded_s is None and not self.config.keep_released:
                     self._remove(node)
-                # else it is one more idle node, which the autoscaler removes after its unneeded time
+                # else it is one more idle node, which the autoscaler (if any) removes after its unneeded time
             self._try(list(self.queue), when)
             self._maybe_unneeded(self.fleet.nodes[subject], when)
 

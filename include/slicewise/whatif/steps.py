@@ -115,7 +115,8 @@ def run_review(
     ``compare_standby``: replay ``packing`` once more with ``planner_standby`` the other way round, in the
     cluster's consolidation mode (when that mode is among ``modes``); ``compare_whole_gpu_demand``: the same with
     the other ``planner_whole_gpu_demand``; ``scale_down_unneeded_s``: the cluster autoscaler's unneeded time, to
-    replay it for every node of every policy (None: a fleet without one); ``shared_node_group``: whether
+    replay it for every node of every policy (None: a fleet without one, where a node a consolidation empties stays
+    in service: ``BacktestConfig.keep_released``); ``shared_node_group``: whether
     the autoscaler adds nodes for fractional pods from a node group shared by MPS; ``scale_down_utilization_threshold``:
     its threshold under which a node in use whose pods fit elsewhere is drained too (0: empty nodes only;
     BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing;
@@ -181,6 +182,7 @@ def run_review(
         prefer_shared=prefer_shared,
         eviction_cost_s=planner.eviction_cost_s,
         scale_down_unneeded_s=scale_down_unneeded_s,
+        keep_released=scale_down_unneeded_s is None,
         scale_down_utilization_threshold=scale_down_utilization_threshold,
         scale_down_delay_after_add_s=scale_down_delay_after_add_s,
         shared_node_group=shared_node_group,

@@ -319,6 +319,12 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     default = dataclasses.replace(config, planner=dataclasses.replace(planner, consolidation="whole-gpus"))
     kept = replay("packing", pods, nodes, end=30_000, config=default)
     assert (kept.consolidations, kept.nodes_added, kept.wait_mean_s) == (0, 0, 0.0)
+    # With no autoscaler at all (keep_released), the emptied n2 stays in service, idle: d starts there at once,
+    # for the same node-GPU-hours (n2 holds d 4000-5000 instead of 4200-5200).
+    stays = replay("packing", pods, nodes, end=30_000, config=dataclasses.replace(config, keep_released=True))
+    assert (stays.consolidations, stays.pods_evicted, stays.nodes_added) == (1, 1, 0)
+    assert stays.wait_mean_s == 0.0
+    assert stays.node_gpu_hours == pytest.approx(result.node_gpu_hours)
 
 
 def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once() -> None:

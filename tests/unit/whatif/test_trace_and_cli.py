@@ -147,6 +147,8 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --scale-down-utilization-threshold must be in [0, 1]")
     assert main([*args, "--scale-down-delay-after-add-s", "-1"]) == 2
     assert capsys.readouterr().err.startswith("error: --scale-down-delay-after-add-s must be >= 0")
+    assert main([*args, "--keep-released", "--scale-down-unneeded-s", "600"]) == 2
+    assert capsys.readouterr().err.startswith("error: --keep-released is a fleet without an autoscaler")
 
 
 def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_less(
