@@ -15,8 +15,9 @@ score is normalised by the most taints any fitting node has, so with four grades
 ``3 * 100 / 4`` points, less than ``NodeResourcesFit``'s 100: a much tighter fit can jump one grade, as it would
 in the cluster (docs/backtest.md, "Graded standby", has the figures). Empty MPS nodes (the shared reserve's) are
 left open: tainting them, fractional pods queue behind whole ones. A preference, never a refusal; a node that
-gets a pod leaves the lists at the next plan. On by default (``planner_standby``; off: nothing is listed, and
-apply mode clears every standby taint).
+gets a pod leaves the lists at the next plan. A node this plan's consolidation empties for release (``nodes``) is
+listed at once: the drain's cordon is lifted before the next plan. On by default (``planner_standby``; off:
+nothing is listed, and apply mode clears every standby taint).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slicewise.cluster.base import STANDBY_TAINTS
+from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.consolidation import Planned
 from slicewise.planning.types import CHANGE, NodePlan
 
@@ -41,10 +43,19 @@ def standby(planned: Sequence[Planned], plans: Mapping[str, NodePlan]) -> Standb
     graded = sorted(
         (item.ctx.name, min(sizes.index(item.ctx.gpus) + 1, len(STANDBY_TAINTS)))
         for item in planned
-        if not item.ctx.obs.pods
-        and item.ctx.layout is None
+        if item.ctx.layout is None
         and item.ctx.replicas == 1
-        and plans[item.ctx.name].action != CHANGE
+        and (
+            (not item.ctx.obs.pods and plans[item.ctx.name].action != CHANGE)
+            or _emptied_for_release(plans[item.ctx.name])
+        )
     )
     top = max((grade for _, grade in graded), default=0)
     return Standby(tuple(tuple(name for name, grade in graded if grade > i) for i in range(top)))
+
+
+def _emptied_for_release(plan: NodePlan) -> bool:
+    """Whether this plan's consolidation empties the node with nothing to host there (``planner_consolidation=nodes``,
+    the plan's "releasable"): tainted now, it comes back from its drain a standby node, where it would otherwise be
+    the emptiest node of the fleet for the scheduler's spreading score until the next plan."""
+    return plan.changes and plan.rule == CONSOLIDATED and not plan.pending_served

@@ -104,6 +104,9 @@ def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Cata
     assert plan.nodes[0].rule == RULE and plan.nodes[0].pending_served == {}
     (note,) = [n for n in plan.notes if n.startswith("releasable")]
     assert note.endswith("h1, h3")
+    # Both carry the standby taint: h1 comes back from its drain empty, and untainted it would be the emptiest
+    # node for a spreading scheduler until the next plan.
+    assert plan.standby_grades == (("h1", "h3"),)
 
 
 def test_planner_release_below_sets_how_empty_a_node_must_be_to_be_released(catalog: Catalog) -> None:
