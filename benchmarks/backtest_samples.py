@@ -53,10 +53,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -240,9 +240,9 @@ class Tally:
     fleets: int = 0
     node_goal: int = 0  # packing's median share of ideal's node-GPU-hour cut reaches NODE_GOAL_SHARE
     # each of the REFERENCES' does, by policy: placing each pod once, never moving one, could reach it
-    node_goal_references: dict[str, int] = dataclasses.field(default_factory=dict)
+    node_goal_references: Counter[str] = dataclasses.field(default_factory=Counter)
     # ... and the reference's median wait is no longer than static's: the node-hours are not bought with waits
-    node_goal_references_no_longer: dict[str, int] = dataclasses.field(default_factory=dict)
+    node_goal_references_no_longer: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def add(
         self,
@@ -264,16 +264,15 @@ class Tally:
         self.node_goal += _reaches(node)
         for policy, shares in references.items():
             reached = _reaches(shares)
-            no_longer = not _waits_longer(reference_waits[policy])
-            self.node_goal_references[policy] = self.node_goal_references.get(policy, 0) + reached
-            self.node_goal_references_no_longer[policy] = self.node_goal_references_no_longer.get(
-                policy, 0
-            ) + (reached and no_longer)
+            self.node_goal_references[policy] += reached
+            self.node_goal_references_no_longer[policy] += reached and not _waits_longer(
+                reference_waits[policy]
+            )
 
     def describe(self) -> str:
         could = [
-            f"{said} {'could on' if i == 0 else 'on'} {self.node_goal_references.get(policy, 0)} "
-            f"({self.node_goal_references_no_longer.get(policy, 0)} without waiting longer than static)"
+            f"{said} {'could on' if i == 0 else 'on'} {self.node_goal_references[policy]} "
+            f"({self.node_goal_references_no_longer[policy]} without waiting longer than static)"
             for i, (_, policy, said) in enumerate(REFERENCES)
         ]
         return (
@@ -291,14 +290,9 @@ def _reaches(shares: list[float]) -> bool:
 
 
 def _waits_longer(changes: list[float]) -> bool:
-    """Whether the median of ``changes`` (a mean wait's relative change against static's) is longer than static
-    by more than ``NOISE``."""
+    """Whether the median of ``changes`` (a mean wait's relative change against static's, which is at least
+    ``LONG_WAIT_S`` where they are counted) is longer than static by more than ``NOISE``."""
     return bool(changes) and statistics.median(changes) > NOISE
-
-
-def _change(before: float, after: float) -> float:
-    """``after`` against ``before``, relative (0 where both are 0)."""
-    return (after - before) / before if before > 0 else (0.0 if after <= 0 else math.inf)
 
 
 def report(
@@ -372,15 +366,12 @@ def report(
             ideal_node_cut = _cut(static.node_gpu_hours, ideal.node_gpu_hours)
             node_share = _share(node_cut, ideal_node_cut)
             # What placing once with ideal's packer, never moving a pod, gets of ideal's node-hour cut.
+            references = {
+                policy: figures[(reference_fleet(fleet, policy), policy)] for _, policy, _ in REFERENCES
+            }
             reference_share = {
-                policy: _share(
-                    _cut(
-                        static.node_gpu_hours,
-                        figures[(reference_fleet(fleet, policy), policy)].node_gpu_hours,
-                    ),
-                    ideal_node_cut,
-                )
-                for _, policy, _ in REFERENCES
+                policy: _share(_cut(static.node_gpu_hours, reference.node_gpu_hours), ideal_node_cut)
+                for policy, reference in references.items()
             }
             share = _share(cut, ideal_cut)
             # The same cut in what the cluster pays for: the nodes in service (ideal's: what it held, whatif.held).
@@ -413,8 +404,7 @@ def report(
             for policy, value in reference_share.items():
                 if value is not None:
                     reference_shares[policy].append(value)
-                reference = figures[(reference_fleet(fleet, policy), policy)]
-                reference_waits[policy].append(_change(static.wait_mean_s, reference.wait_mean_s))
+                reference_waits[policy].append(-_cut(static.wait_mean_s, references[policy].wait_mean_s))
             if paid_share is not None:
                 paid_shares.append(paid_share)
             goal = cut >= GOAL_CUT and (share or 0.0) >= GOAL_CUT
