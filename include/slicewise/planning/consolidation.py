@@ -7,9 +7,10 @@ rails), whose GPU pods may all be drained, and which, once
 empty, would host pending requests the per-node plans left waiting — whole-GPU ones, or pinned ones (a GPU
 model, a node label) — or, with
 ``planner_consolidation=nodes``, hold so little (at most ``planner_release_below`` of their GPUs) that emptying them
-lets a cluster autoscaler remove them. A donor is consolidated only when every one of its pods fits the room
-the other nodes have left under their own plans (the same placement the packing policy uses), and the gain —
-whole-GPU requests hosted (twice their GPUs, as in packing), pinned smaller ones (their share, a GPU each: a pod
+lets a cluster autoscaler remove them (not nodes shared by MPS; and their pods move only to nodes that stay in
+use, not to one that could be released in turn). A donor is consolidated only when every one of its pods fits
+the room the other nodes have left under their own plans (the same placement the packing policy uses), and the
+gain — whole-GPU requests hosted (twice their GPUs, as in packing), pinned smaller ones (their share, a GPU each: a pod
 pinned to the one node of its model that other pods fill would otherwise wait there for days), or the node's
 GPUs released (``RELEASE_WEIGHT`` each) — beats the pods' eviction cost (their share x
 ``planner_eviction_cost_s``) by the hysteresis. The plan is a ``change`` to the configuration the node already
@@ -93,6 +94,14 @@ def consolidate(
     if config.consolidation == OFF:
         return {}
     room = {item.ctx.name: _room(item, catalog) for item in planned if item.plan.action in (KEEP, CHANGE)}
+    # A drain that only releases its node moves the pods to nodes that stay in use. Onto an empty node, or another
+    # that could be released, it frees nothing: a spreading scheduler sends a pod to the emptiest node in use, and
+    # the next plan drains that one in turn (on the public traces a few pods were evicted every hour for months).
+    staying = (
+        {item.ctx.name for item in planned if item.ctx.obs.pods and not _release_candidate(item, config)}
+        if config.consolidation == NODES
+        else set()
+    )
     out: dict[str, NodePlan] = {}
     received: set[str] = set()
     for item in sorted(planned, key=_donor_order):
@@ -105,13 +114,15 @@ def consolidate(
             for r, count in hosted.items()
         )
         held = _held(ctx)
-        release = config.consolidation == NODES and held <= config.release_below * ctx.gpus
+        release = config.consolidation == NODES and _release_candidate(item, config)
         if release:
             value += RELEASE_WEIGHT * ctx.gpus
         if value <= 0:
             continue
         receivers = {
-            name: Counter(free) for name, free in room.items() if name != ctx.name and name not in out
+            name: Counter(free)
+            for name, free in room.items()
+            if name != ctx.name and name not in out and (hosted or name in staying)
         }
         if not _fits_elsewhere(ctx, planned, receivers):
             continue
@@ -124,6 +135,21 @@ def consolidate(
         pool.take(hosted)
         out[ctx.name] = _plan(item, hosted, held, gain, release, config, catalog)
     return out
+
+
+def _release_candidate(item: Planned, config: PlannerConfig) -> bool:
+    """A node ``planner_consolidation=nodes`` may drain to release: kept by its plan, with pods that may all be
+    drained and hold at most ``planner_release_below`` of its GPUs, and not shared by MPS (its fractional pods would
+    go to a free MPS tenant, which the shared reserve keeps on empty nodes: on the public traces some were evicted
+    every hour from one such node to the next)."""
+    ctx = item.ctx
+    return (
+        ctx.replicas == 1
+        and item.plan.action != CHANGE
+        and bool(ctx.obs.pods)
+        and all(pod.may_drain for pod in ctx.obs.pods)
+        and _held(ctx) <= config.release_below * ctx.gpus
+    )
 
 
 def _room(item: Planned, catalog: Catalog) -> Counter[Slot]:

@@ -87,19 +87,30 @@ def test_pending_now_evicts_for_a_pod_still_pending_and_not_for_one_that_started
     assert all(p.action == KEEP for p in _plan(catalog, default, median=0.0, latest=1.0).nodes)
 
 
-def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Catalog) -> None:
-    # Mode nodes, nothing waiting: h1 and h2 each hold one GPU of four (a quarter), h3 nothing.
-    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=4) for n in ("h1", "h2", "h3")]
+def _release_plan(catalog: Catalog, loads: dict[str, float], plugin: str = "default") -> FleetPlan:
+    """Mode nodes, nothing waiting: 4-GPU H100 nodes h1 and h2 run one plain one-GPU pod each (what it holds is its
+    node's forecast load: ``loads`` per GPU), h3 none; h1 shares its GPUs by ``plugin``."""
+    nodes = [
+        node(
+            n, model="H100-80GB", mig_config="all-disabled", gpus=4, plugin=plugin if n == "h1" else "default"
+        )
+        for n in ("h1", "h2", "h3")
+    ]
     pods = [pod("svc-1", "h1", GPU), pod("svc-2", "h2", GPU)]
-    loads = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, 0.1)]
-    plan = plan_fleet(
+    forecasts = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, loads.get(n, 0.0))]
+    return plan_fleet(
         [observe(nodes[0], pods[0]), observe(nodes[1], pods[1]), observe(nodes[2])],
-        Forecasts(tuple(loads), (), "p90_last_hour", True),
+        Forecasts(tuple(forecasts), (), "p90_last_hour", True),
         catalog,
         PlannerConfig(max_change_share=1.0, consolidation="nodes"),
         NOW,
     )
-    # h1 is emptied into h2's room and released; h2, which receives its pod, is not emptied in turn.
+
+
+def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Catalog) -> None:
+    # h1's pod holds 0.4 of its 4 GPUs (at most a quarter: releasable), h2's 2 (it stays in use).
+    plan = _release_plan(catalog, {"h1": 0.1, "h2": 0.5})
+    # h1 is emptied into h2's room and released.
     assert [p.action for p in plan.nodes] == [CHANGE, KEEP, KEEP]
     assert plan.nodes[0].rule == RULE and plan.nodes[0].pending_served == {}
     (note,) = [n for n in plan.notes if n.startswith("releasable")]
@@ -109,13 +120,32 @@ def test_nodes_left_without_a_gpu_pod_are_named_for_the_autoscaler(catalog: Cata
     assert plan.standby_grades == (("h1", "h3"),)
 
 
+def test_a_node_is_not_released_into_a_node_that_could_be_released_too(catalog: Catalog) -> None:
+    # Both pods hold 0.4 of their node's 4 GPUs. Moving h1's onto h2 frees a node only if the scheduler puts it
+    # there; a spreading one puts a pod on the emptiest node in use, where several are nearly empty another of
+    # them, which the next plan empties in turn (on the public traces some pods were evicted every hour for
+    # months). Nothing is emptied.
+    plan = _release_plan(catalog, {"h1": 0.1, "h2": 0.1})
+    assert [p.action for p in plan.nodes] == [KEEP, KEEP, KEEP]
+    (note,) = [n for n in plan.notes if n.startswith("releasable")]
+    assert note.endswith(": h3")
+
+
+def test_a_node_shared_by_mps_is_not_emptied_to_be_released(catalog: Catalog) -> None:
+    # h1 as in the first release test, but under MPS: a fractional pod evicted from it goes to a free MPS tenant,
+    # which the shared reserve keeps on empty nodes, so emptying h1 would only move the pod to one of those.
+    plan = _release_plan(catalog, {"h1": 0.1, "h2": 0.5}, plugin=catalog.device_plugin_config_for(2))
+    assert [p.action for p in plan.nodes] == [KEEP, KEEP, KEEP]
+
+
 def test_planner_release_below_sets_how_empty_a_node_must_be_to_be_released(catalog: Catalog) -> None:
     # Mode nodes, nothing waiting: h1 and h2 each run two plain one-GPU pods whose P90 load adds up to 2 of
-    # their 4 GPUs (what a pod without a declared share holds is its forecast load), h3 nothing. At the default
-    # (a quarter) no node is emptied; at a half, h1's pods move into h2's two free GPUs and h1 is released.
+    # h1's 4 GPUs and 3 of h2's (what a pod without a declared share holds is its forecast load), h3 nothing. At
+    # the default (a quarter) no node is emptied; at a half, h1's pods move into h2's two free GPUs and h1 is
+    # released.
     nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=4) for n in ("h1", "h2", "h3")]
     pods = {n: [pod(f"svc-{n}-{i}", n, GPU) for i in (1, 2)] for n in ("h1", "h2")}
-    loads = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, 0.5)]
+    loads = [s for n, load in (("h1", 0.5), ("h2", 0.75), ("h3", 0.0)) for s in whole_gpu_load(n, 4, load)]
 
     def actions(release_below: float) -> list[str]:
         plan = plan_fleet(
