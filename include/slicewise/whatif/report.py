@@ -186,8 +186,9 @@ def paid_table(backtest: Backtest) -> str:
 def consolidation_choice(backtest: Backtest) -> list[str]:
     """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the modes
     that waited least and those that used the fewest node-GPU-hours (ties listed together; node-GPU-hours
-    compared only among the modes that left the fewest pods unserved, as :meth:`Backtest.gains` does), and the
-    modes that waited longer than ``static`` — what ``planner_consolidation`` trades on this history."""
+    compared only among the modes that left the fewest pods unserved, as :meth:`Backtest.gains` does), the pods
+    each mode evicted, and the modes that waited longer than ``static`` — what ``planner_consolidation`` trades on
+    this history."""
     families: dict[str, dict[str, PolicyResult]] = {}
     for name, result in backtest.results.items():
         family, _, mode = name.partition("/")
@@ -203,7 +204,8 @@ def consolidation_choice(backtest: Backtest) -> list[str]:
         line = (
             f"{family}: least wait with planner_consolidation={', '.join(waits)} "
             f"({by_mode[waits[0]].wait_mean_s:,.0f} s), fewest node-GPU-hours with {', '.join(hours)} "
-            f"({by_mode[hours[0]].node_gpu_hours:,.0f})"
+            f"({by_mode[hours[0]].node_gpu_hours:,.0f}); pods evicted: "
+            + ", ".join(f"{m} {r.pods_evicted:,}" for m, r in by_mode.items())
         )
         unserved = [f"{m} ({r.still_waiting:,})" for m, r in by_mode.items() if r.still_waiting]
         if unserved:

@@ -250,6 +250,8 @@ def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_na
     backtest = Backtest("pods", "nodes", trace, TWO_NODES, config, (0.0, 30_000.0), results, 0.0)
     [line] = consolidation_choice(backtest)
     assert line.startswith("reactive: least wait with planner_consolidation=whole-gpus, nodes (1,217 s)")
+    # What each mode cost in disruption: off moves nothing, the other two evict one pod to empty n1.
+    assert line.endswith("; pods evicted: off 0, whole-gpus 1, nodes 1")
     assert "waits longer than static" not in line and "never served" not in line
     slower = dict(results, static=results["reactive/whole-gpus"])  # a baseline that waited less than off
     [line] = consolidation_choice(dataclasses.replace(backtest, results=slower))
