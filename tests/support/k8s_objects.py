@@ -93,10 +93,12 @@ def gpu_pod(
     labels: Mapping[str, str] | None = None,
     init_gpus: Mapping[str, int] | None = None,
     annotations: Mapping[str, str] | None = None,
+    started: str | None = None,
 ) -> dict[str, Any]:
     """A pod with one container asking for ``gpus`` as limits (how extended resources are usually written;
     the stand-in defaults the requests from them, like the API server), optionally an init container asking
-    for ``init_gpus``, and the controller owner reference ``owner`` (None: a bare pod)."""
+    for ``init_gpus``, the controller owner reference ``owner`` (None: a bare pod), and ``status.startTime``
+    ``started`` (RFC 3339; None: not set, as for a pod the kubelet has not started)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -122,7 +124,10 @@ def gpu_pod(
     }
     if init_gpus:
         spec["initContainers"] = [_container("init", init_gpus)]
-    return {"metadata": metadata, "spec": spec, "status": {"phase": phase}}
+    status: dict[str, Any] = {"phase": phase}
+    if started is not None:
+        status["startTime"] = started
+    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 def _container(name: str, gpus: Mapping[str, int]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,18 @@ def test_a_declared_gpu_share_is_read_from_the_pods_annotation() -> None:
         found = {p.name: p.share for p in _backend(api.url).list_gpu_pods("h100-0")}
     # Only a share of one GPU, in (0, 1], opts in; anything else keeps the pod to what it requests.
     assert found == {"half": 0.5, "plain": None, "typo": None, "too-big": None}
+
+
+def test_a_pods_start_time_is_read_from_its_status() -> None:
+    gpu = {"nvidia.com/gpu": 1}
+    pods = [
+        gpu_pod("ml", "running", node="h100-0", gpus=gpu, started="2026-12-05T06:30:00Z"),
+        gpu_pod("ml", "pending", node="h100-0", gpus=gpu, phase="Pending"),
+    ]
+    with FakeApiServer(nodes=_nodes(), pods=pods) as api:
+        found = {p.name: p.started_at for p in _backend(api.url).list_gpu_pods("h100-0")}
+    # An evicted pod comes back as a new pod with a new start: the planner reads it as when the pod last moved.
+    assert found == {"running": datetime(2026, 12, 5, 6, 30, tzinfo=UTC), "pending": None}
 
 
 def test_an_init_container_counts_when_it_asks_for_more_than_the_containers_together() -> None:

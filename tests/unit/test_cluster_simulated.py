@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,19 @@ def test_given_workload_config_then_pods_carry_owner_and_evictability(cluster: S
     notebooks = [p for p in cluster.list_gpu_pods("sim-h100-1") if p.name.startswith("notebook-")]
     assert notebooks and all(p.owner_kind == "StatefulSet" and p.evictable for p in notebooks)
     assert all(p.requests == {"nvidia.com/gpu": 1} for p in notebooks)
+
+
+def test_given_listed_pods_then_each_carries_when_it_started(cluster: SimulatedCluster, fleet: Fleet) -> None:
+    # status.startTime as the API reports it: the start of the pod's epoch in the load model, not after now.
+    from slicewise.simulator.cluster import _running_pods
+
+    now = cluster.clock()
+    listed = cluster.list_gpu_pods("sim-a100-80-0")
+    assert listed
+    starts = {p.name: p.started for p in _running_pods(fleet, now)}  # the layouts have not changed
+    for pod in listed:
+        assert pod.started_at is not None and pod.started_at <= datetime.fromtimestamp(now, tz=UTC)
+        assert pod.started_at.timestamp() == starts[pod.name]
 
 
 def test_given_an_evicted_pod_then_it_is_no_longer_listed(cluster: SimulatedCluster) -> None:

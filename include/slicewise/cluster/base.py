@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from slicewise import schema
@@ -161,6 +162,9 @@ class GpuPod:
     # pin to one nvidia.com/gpu.product, and the ``In`` expressions of a sole required node-affinity term). A
     # consolidation moves the pod only to nodes that match; empty: any node.
     node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # When its containers last started (status.startTime): an evicted pod comes back as a new pod, so this is also
+    # when it last moved. None: not known.
+    started_at: datetime | None = None
 
     @property
     def may_drain(self) -> bool:

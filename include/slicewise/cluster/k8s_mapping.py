@@ -219,6 +219,7 @@ def gpu_pod_from_api(pod: Any, pdbs: Sequence[Any]) -> GpuPod | None:
         budget_blocked=bool(blockers) and all(b.startswith(_BUDGET_BLOCKER) for b in blockers),
         share=declared_share(pod.metadata.annotations or {}),
         node_selector=node_selector(pod),
+        started_at=pod.status.start_time if pod.status else None,
     )
 
 

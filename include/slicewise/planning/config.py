@@ -41,6 +41,9 @@ class PlannerConfig:
     eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
     # consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied for the autoscaler
     release_below: float = 0.25
+    # consolidation nodes: a node is emptied for release only when all its pods have run at least this long (an
+    # evicted pod restarts, so this caps how often one pod is moved for a release)
+    release_min_pod_age_hours: float = 6.0
     # packing: MPS tenants kept ready on empty nodes, this many times the fractional pods (<= 1/2 GPU); 0: none
     shared_reserve: float = 2.0
     # packing: empty nodes without MIG or MPS get PreferNoSchedule taints, one per size rank up to four
@@ -91,6 +94,10 @@ class PlannerConfig:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
         if not 0 <= self.release_below <= 1:
             raise PlannerConfigError(f"planner_release_below must be in [0, 1], got {self.release_below}")
+        if not self.release_min_pod_age_hours >= 0:  # NaN too
+            raise PlannerConfigError(
+                f"planner_release_min_pod_age_hours cannot be negative, got {self.release_min_pod_age_hours}"
+            )
         if not 0 <= self.mps_release_below <= 1:
             raise PlannerConfigError(
                 f"planner_mps_release_below must be in [0, 1], got {self.mps_release_below}"
@@ -114,6 +121,7 @@ class PlannerConfig:
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
             release_below=settings.planner_release_below,
+            release_min_pod_age_hours=settings.planner_release_min_pod_age_hours,
             shared_reserve=settings.planner_shared_reserve,
             standby=settings.planner_standby,
             keep_shaped=settings.planner_keep_shaped,

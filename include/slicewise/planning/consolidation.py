@@ -98,7 +98,7 @@ def consolidate(
     # that could be released, it frees nothing: a spreading scheduler sends a pod to the emptiest node in use, and
     # the next plan drains that one in turn (on the public traces a few pods were evicted every hour for months).
     staying = (
-        {item.ctx.name for item in planned if item.ctx.obs.pods and not _release_candidate(item, config)}
+        {item.ctx.name for item in planned if item.ctx.obs.pods and not _release_candidate(item, config, now)}
         if config.consolidation == NODES
         else set()
     )
@@ -114,7 +114,7 @@ def consolidate(
             for r, count in hosted.items()
         )
         held = _held(ctx)
-        release = config.consolidation == NODES and _release_candidate(item, config)
+        release = config.consolidation == NODES and _release_candidate(item, config, now)
         if release:
             value += RELEASE_WEIGHT * ctx.gpus
         if value <= 0:
@@ -137,7 +137,7 @@ def consolidate(
     return out
 
 
-def _release_candidate(item: Planned, config: PlannerConfig) -> bool:
+def _release_candidate(item: Planned, config: PlannerConfig, now: datetime) -> bool:
     """A node ``planner_consolidation=nodes`` may drain to release: kept by its plan, with pods that may all be
     drained and hold at most ``planner_release_below`` of its GPUs, and not shared by MPS (its fractional pods would
     go to a free MPS tenant, which the shared reserve keeps on empty nodes: on the public traces some were evicted
@@ -149,6 +149,11 @@ def _release_candidate(item: Planned, config: PlannerConfig) -> bool:
         and bool(ctx.obs.pods)
         and all(pod.may_drain for pod in ctx.obs.pods)
         and _held(ctx) <= config.release_below * ctx.gpus
+        and all(
+            pod.started_at is None
+            or now - pod.started_at >= timedelta(hours=config.release_min_pod_age_hours)
+            for pod in ctx.obs.pods
+        )
     )
 
 

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.cluster.base import GpuNode, GpuPod, Taint
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import report
 from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, PodMove
@@ -66,7 +66,11 @@ def read_forecasts(path: ObjectStoragePath) -> Forecasts:
 
 def write_observations(folder: ObjectStoragePath, observations: list[NodeObservation]) -> ObjectStoragePath:
     path = folder / OBSERVED
-    _write(path, [dataclasses.asdict(o) for o in observations])
+    raw = [dataclasses.asdict(o) for o in observations]
+    for node in raw:
+        for pod in node["pods"]:
+            pod["started_at"] = pod["started_at"] and pod["started_at"].isoformat()
+    _write(path, raw)
     return path
 
 
@@ -79,11 +83,14 @@ def read_observations(path: ObjectStoragePath) -> list[NodeObservation]:
                     **p,
                     "blockers": tuple(p["blockers"]),
                     "node_selector": {k: tuple(v) for k, v in p.get("node_selector", {}).items()},
+                    # None when not known, or written before it was kept
+                    "started_at": p.get("started_at") and datetime.fromisoformat(p["started_at"]),
                 }
             )
             for p in raw["pods"]
         )
-        out.append(NodeObservation(GpuNode(**raw["node"]), pods))
+        node = {**raw["node"], "taints": tuple(Taint(**t) for t in raw["node"].get("taints", ()))}
+        out.append(NodeObservation(GpuNode(**node), pods))
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -167,6 +168,7 @@ def gpu_pod(pod: SimulatedPod, config: Mapping[str, Any]) -> GpuPod:
             for form, label in schema.SELECTOR_NODE_LABELS.items()
             if config.get(form)
         },
+        started_at=datetime.fromtimestamp(pod.started, tz=UTC),
     )
 
 

@@ -88,6 +88,13 @@ def register(subparsers: Any) -> None:
         "released (planner_release_below; default 0.25, as production)",
     )
     parser.add_argument(
+        "--release-min-pod-age-h",
+        type=float,
+        default=PlannerConfig().release_min_pod_age_hours,
+        help="with consolidation nodes: a node is emptied to be released only when every pod on it started at "
+        "least this many hours ago (planner_release_min_pod_age_hours; default as production)",
+    )
+    parser.add_argument(
         "--scheduler",
         choices=SCHEDULERS,
         default=FIRST_FIT,
@@ -366,6 +373,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--scale-down-utilization-threshold must be in [0, 1]")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
+    if not args.release_min_pod_age_h >= 0:
+        raise ValueError("--release-min-pod-age-h must be >= 0")
     if not 0 <= args.mps_release_below <= 1:
         raise ValueError("--mps-release-below must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
@@ -401,6 +410,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             consolidation=consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
             release_below=args.release_below,
+            release_min_pod_age_hours=args.release_min_pod_age_h,
             shared_reserve=args.shared_reserve,
             standby=args.standby,
             keep_shaped=args.keep_shaped,

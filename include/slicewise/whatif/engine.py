@@ -636,6 +636,7 @@ class Replay:
                     evictable=True,
                     share=self.pods[pod_id].share,  # a trace request is a size: declared, as by annotation
                     node_selector=self._selectors[pod_id],
+                    started_at=_moment(self.started_at[pod_id]),
                 )
                 for pod_id, slots in node.pods.items()
             )

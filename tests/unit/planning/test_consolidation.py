@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -87,22 +88,33 @@ def test_pending_now_evicts_for_a_pod_still_pending_and_not_for_one_that_started
     assert all(p.action == KEEP for p in _plan(catalog, default, median=0.0, latest=1.0).nodes)
 
 
-def _release_plan(catalog: Catalog, loads: dict[str, float], plugin: str = "default") -> FleetPlan:
+def _release_plan(
+    catalog: Catalog,
+    loads: dict[str, float],
+    plugin: str = "default",
+    started_at: datetime | None = None,
+    min_age_hours: float | None = None,
+) -> FleetPlan:
     """Mode nodes, nothing waiting: 4-GPU H100 nodes h1 and h2 run one plain one-GPU pod each (what it holds is its
-    node's forecast load: ``loads`` per GPU), h3 none; h1 shares its GPUs by ``plugin``."""
+    node's forecast load: ``loads`` per GPU), h3 none; h1 shares its GPUs by ``plugin``, and its pod started at
+    ``started_at``; ``min_age_hours``: ``planner_release_min_pod_age_hours``, None as shipped."""
     nodes = [
         node(
             n, model="H100-80GB", mig_config="all-disabled", gpus=4, plugin=plugin if n == "h1" else "default"
         )
         for n in ("h1", "h2", "h3")
     ]
-    pods = [pod("svc-1", "h1", GPU), pod("svc-2", "h2", GPU)]
+    pods = [dataclasses.replace(pod("svc-1", "h1", GPU), started_at=started_at), pod("svc-2", "h2", GPU)]
     forecasts = [s for n in ("h1", "h2", "h3") for s in whole_gpu_load(n, 4, loads.get(n, 0.0))]
     return plan_fleet(
         [observe(nodes[0], pods[0]), observe(nodes[1], pods[1]), observe(nodes[2])],
         Forecasts(tuple(forecasts), (), "p90_last_hour", True),
         catalog,
-        PlannerConfig(max_change_share=1.0, consolidation="nodes"),
+        PlannerConfig(
+            max_change_share=1.0,
+            consolidation="nodes",
+            **({} if min_age_hours is None else {"release_min_pod_age_hours": min_age_hours}),
+        ),
         NOW,
     )
 
@@ -129,6 +141,24 @@ def test_a_node_is_not_released_into_a_node_that_could_be_released_too(catalog: 
     assert [p.action for p in plan.nodes] == [KEEP, KEEP, KEEP]
     (note,) = [n for n in plan.notes if n.startswith("releasable")]
     assert note.endswith(": h3")
+
+
+def test_planner_release_min_pod_age_hours_keeps_a_node_whose_pod_started_lately(catalog: Catalog) -> None:
+    # h1 as in the first release test. An evicted pod comes back as a new one, so a pod that started an hour ago
+    # may have been moved an hour ago: with a minimum age of 3 hours h1 is left alone, at 4 hours it is emptied,
+    # and a pod whose start is not known does not stop it.
+    def action(started_at: datetime | None, min_age_hours: float | None = 3.0) -> str:
+        plan = _release_plan(
+            catalog, {"h1": 0.1, "h2": 0.5}, started_at=started_at, min_age_hours=min_age_hours
+        )
+        return plan.nodes[0].action
+
+    assert action(NOW - timedelta(hours=1)) == KEEP
+    assert action(NOW - timedelta(hours=4)) == CHANGE
+    assert action(None) == CHANGE
+    assert action(NOW, min_age_hours=0.0) == CHANGE  # 0: no minimum
+    # As shipped, a pod moved an hour ago holds its node, as one moved five hours ago does.
+    assert action(NOW - timedelta(hours=1), None) == action(NOW - timedelta(hours=5), None) == KEEP
 
 
 def test_a_node_shared_by_mps_is_not_emptied_to_be_released(catalog: Catalog) -> None:

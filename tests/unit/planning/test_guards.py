@@ -120,6 +120,9 @@ def test_bad_planner_settings_are_refused() -> None:
         PlannerConfig(low_util=0.9, high_util=0.5)
     with pytest.raises(PlannerConfigError, match="planner_release_below"):
         PlannerConfig(release_below=1.5)
+    for age in (-1.0, float("nan")):
+        with pytest.raises(PlannerConfigError, match="planner_release_min_pod_age_hours cannot be negative"):
+            PlannerConfig(release_min_pod_age_hours=age)
     with pytest.raises(PlannerConfigError, match="planner_mps_release_below must be in"):
         PlannerConfig(mps_release_below=-0.1)
     with pytest.raises(PlannerConfigError, match="planner_whole_gpu_demand must be one of"):

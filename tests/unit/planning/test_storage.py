@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slicewise import store
+from slicewise.cluster.base import GpuNode, GpuPod, Taint
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import storage
-from slicewise.planning.types import DesiredState, FleetPlan, NodePlan, PodMove
+from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, PodMove
 
 
 def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path: Path) -> None:
@@ -35,6 +37,29 @@ def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path
         del demand["latest"]
     path.write_text(json.dumps(raw))
     assert [d.latest for d in storage.read_forecasts(path).demand] == [None, None]
+
+
+def test_observed_nodes_and_pods_read_back_with_taints_and_starts(tmp_path: Path) -> None:
+    folder = store.storage_path(tmp_path.as_uri()) / "plans" / "run"
+    folder.mkdir(parents=True)
+    node = GpuNode(
+        "n1", "NVIDIA-H100-80GB-HBM3", 2, "all-disabled", "success", "default", {}, False,
+        taints=(Taint("slicewise.io/standby", "PreferNoSchedule"),),
+    )  # fmt: skip
+    started = GpuPod(
+        "ml", "a", "n1", "Running", {"nvidia.com/gpu": 1}, "Job", "a", True,
+        node_selector={"pool": ("x",)}, started_at=datetime(2026, 12, 5, 6, 30, tzinfo=UTC),
+    )  # fmt: skip
+    unknown = dataclasses.replace(started, name="b", started_at=None)
+    written = [NodeObservation(node, (started, unknown))]
+    path = storage.write_observations(folder, written)
+    assert storage.read_observations(path) == written
+    # Observations written before the start was kept read back as not known (the planner then lets them move).
+    raw = json.loads(path.read_text())
+    for pod in raw[0]["pods"]:
+        del pod["started_at"]
+    path.write_text(json.dumps(raw))
+    assert [p.started_at for p in storage.read_observations(path)[0].pods] == [None, None]
 
 
 def test_a_plan_reads_back_with_its_standby_grades_and_an_older_plan_with_two_lists(tmp_path: Path) -> None:

@@ -310,7 +310,10 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
         pod("c", 2, 20_000, 1.0),
         pod("d", 4000, 1000, 1.0),
     ]
-    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
+    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours).
+    planner = PlannerConfig(
+        fallback="baseline", eviction_cost_s=0.0, consolidation="nodes", release_min_pod_age_hours=0.0
+    )
     config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
     result = replay("packing", pods, nodes, end=30_000, config=config)
     assert (result.consolidations, result.pods_evicted, result.nodes_added) == (1, 1, 1)
@@ -327,6 +330,11 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     assert (stays.consolidations, stays.pods_evicted, stays.nodes_added) == (1, 1, 0)
     assert stays.wait_mean_s == 0.0
     assert stays.node_gpu_hours == pytest.approx(result.node_gpu_hours)
+    # With the shipped minimum age (6 hours) c, an hour old at 3600 s, holds n2 until it ends: nothing is moved,
+    # and d starts at once on n2.
+    aged = dataclasses.replace(planner, release_min_pod_age_hours=PlannerConfig().release_min_pod_age_hours)
+    young = replay("packing", pods, nodes, end=30_000, config=dataclasses.replace(config, planner=aged))
+    assert (young.consolidations, young.pods_evicted, young.wait_mean_s) == (0, 0, 0.0)
 
 
 def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once() -> None:
@@ -349,7 +357,10 @@ def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once()
         pod("e", 6, 20_000, 1.0),
         *(pod(f"d{i}", 9000, 1000, 1.0) for i in range(5)),
     ]
-    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, consolidation="nodes")
+    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours).
+    planner = PlannerConfig(
+        fallback="baseline", eviction_cost_s=0.0, consolidation="nodes", release_min_pod_age_hours=0.0
+    )
     config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
     result = replay("packing", pods, nodes, end=30_000, config=config)
     assert (result.consolidations, result.pods_evicted, result.nodes_added) == (2, 2, 2)

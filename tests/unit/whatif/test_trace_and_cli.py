@@ -135,6 +135,8 @@ def test_bad_arguments_give_one_error_line(
     args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1])]
     assert main([*args, "--release-below", "1.5"]) == 2
     assert capsys.readouterr().err.startswith("error: --release-below must be in [0, 1]")
+    assert main([*args, "--release-min-pod-age-h", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --release-min-pod-age-h must be >= 0")
     assert main([*args, "--mps-release-below", "-0.1"]) == 2
     assert capsys.readouterr().err.startswith("error: --mps-release-below must be in [0, 1]")
     assert main([*args, "--shared-reserve", "-1"]) == 2
