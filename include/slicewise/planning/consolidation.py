@@ -7,8 +7,9 @@ rails), whose GPU pods may all be drained, and which, once
 empty, would host pending requests the per-node plans left waiting — whole-GPU ones, or pinned ones (a GPU
 model, a node label) — or, with
 ``planner_consolidation=nodes``, hold so little (at most ``planner_release_below`` of their GPUs) that emptying them
-lets a cluster autoscaler remove them (not nodes shared by MPS; and their pods move only to nodes that stay in
-use, not to one that could be released in turn). A donor is consolidated only when every one of its pods fits
+lets a cluster autoscaler remove them (not nodes shared by MPS, nor nodes with a pod that started less than
+``planner_release_min_pod_age_hours`` ago; and their pods move only to nodes that stay in use, not to one that
+could be released in turn). A donor is consolidated only when every one of its pods fits
 the room the other nodes have left under their own plans (the same placement the packing policy uses), and the
 gain — whole-GPU requests hosted (twice their GPUs, as in packing), pinned smaller ones (their share, a GPU each: a pod
 pinned to the one node of its model that other pods fill would otherwise wait there for days), or the node's
