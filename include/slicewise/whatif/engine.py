@@ -602,7 +602,7 @@ class Replay:
         self.node_of[pod_id] = -1
         self.waiting_since[pod_id] = now
         self._enqueue(pod_id)
-        self.meter.evicted()
+        self.meter.evicted(pod_id)
 
     def _observations(self, now: float) -> list[NodeObservation]:
         out = []

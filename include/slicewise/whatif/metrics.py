@@ -14,7 +14,8 @@ Headline figures, what operators pay for:
 - ``gpus_releasable``: GPUs of whole nodes with no pod (not being reconfigured), time-averaged: what an
   autoscaler could have removed.
 - ``reconfigs_per_node_hour``, ``consolidations``, ``pods_evicted``: layout or MPS changes applied, nodes drained
-  of their pods without a change (consolidation), and the pods both evicted; ``nodes_added``: nodes a
+  of their pods without a change (consolidation), and the pods both evicted (``most_evictions_of_a_pod``: the
+  most times one pod was); ``nodes_added``: nodes a
   consolidation released that the autoscaler added back for pods with nowhere else to go.
 
 Kept beside them:
@@ -34,6 +35,7 @@ Kept beside them:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -141,6 +143,9 @@ class PolicyResult:
     allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
     nodes_added: int = 0  # released nodes the autoscaler added back (engine)
     nodes_removed: int = 0  # nodes the autoscaler removed once unneeded (engine, scale_down_unneeded_s)
+    # the most times one pod was evicted: many evictions of a few pods (one moved back and forth every hour) read
+    # differently from one each of many
+    most_evictions_of_a_pod: int = 0
     # GPU-hours of the nodes in service (not removed by the autoscaler): what the cluster pays for; ideal's and
     # sharing's are their node_gpu_hours, or with the replays' autoscaler the node-GPUs they held over its
     # unneeded time (whatif.held)
@@ -170,6 +175,7 @@ class Meter:
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
         self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = self.removed = 0
+        self.evictions_by_pod: Counter[int] = Counter()
         self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
@@ -245,8 +251,9 @@ class Meter:
         """A node drained of its pods without a change of configuration (planning.consolidation)."""
         self.consolidations += 1
 
-    def evicted(self) -> None:
+    def evicted(self, pod_id: int) -> None:
         self.evictions += 1
+        self.evictions_by_pod[pod_id] += 1
 
     def node_added(self) -> None:
         """The autoscaler added back a released node."""
@@ -286,6 +293,7 @@ class Meter:
             allocated_at_end=float(fleet.work),
             nodes_added=self.added,
             nodes_removed=self.removed,
+            most_evictions_of_a_pod=max(self.evictions_by_pod.values(), default=0),
             service_gpu_hours=float(self.service / HOUR_S),
             paid=PaidSplit(
                 requested=float(self.work / HOUR_S),

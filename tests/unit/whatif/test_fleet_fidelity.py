@@ -317,6 +317,7 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
     result = replay("packing", pods, nodes, end=30_000, config=config)
     assert (result.consolidations, result.pods_evicted, result.nodes_added) == (1, 1, 1)
+    assert result.most_evictions_of_a_pod == 1
     assert result.wait_mean_s == pytest.approx(200 / 4)  # c moves at once; d waits for n2
     # n1: 0 -> 20,002 (c's last 16,402 s from 3600); n2: c 2-3600, d 4200-5200.
     assert result.node_gpu_hours == pytest.approx((2 * 20_002 + 4 * (3598 + 1000)) / 3600)
@@ -335,6 +336,17 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     aged = dataclasses.replace(planner, release_min_pod_age_hours=PlannerConfig().release_min_pod_age_hours)
     young = replay("packing", pods, nodes, end=30_000, config=dataclasses.replace(config, planner=aged))
     assert (young.consolidations, young.pods_evicted, young.wait_mean_s) == (0, 0, 0.0)
+    assert young.most_evictions_of_a_pod == 0
+
+
+def test_the_meter_counts_evictions_per_pod() -> None:
+    # One pod moved three times and another once: four evictions, at most three of one pod.
+    from slicewise.whatif.metrics import Meter
+
+    meter = Meter(0.0, 2)
+    for pod_id in (7, 2, 7, 7):
+        meter.evicted(pod_id)
+    assert (meter.evictions, max(meter.evictions_by_pod.values())) == (4, 3)
 
 
 def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once() -> None:
