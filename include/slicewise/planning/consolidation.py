@@ -98,11 +98,12 @@ def consolidate(
     # A drain that only releases its node moves the pods to nodes that stay in use. Onto an empty node, or another
     # that could be released, it frees nothing: a spreading scheduler sends a pod to the emptiest node in use, and
     # the next plan drains that one in turn (on the public traces a few pods were evicted every hour for months).
-    staying = (
-        {item.ctx.name for item in planned if item.ctx.obs.pods and not _release_candidate(item, config, now)}
+    releasable = (
+        {item.ctx.name for item in planned if _release_candidate(item, config, now)}
         if config.consolidation == NODES
         else set()
     )
+    staying = {item.ctx.name for item in planned if item.ctx.obs.pods} - releasable
     out: dict[str, NodePlan] = {}
     received: set[str] = set()
     for item in sorted(planned, key=_donor_order):
@@ -115,7 +116,7 @@ def consolidate(
             for r, count in hosted.items()
         )
         held = _held(ctx)
-        release = config.consolidation == NODES and _release_candidate(item, config, now)
+        release = ctx.name in releasable
         if release:
             value += RELEASE_WEIGHT * ctx.gpus
         if value <= 0:

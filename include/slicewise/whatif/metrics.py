@@ -174,7 +174,7 @@ class Meter:
         self.service = self.taken = 0.0
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
-        self.reconfigs = self.evictions = self.plans = self.consolidations = self.added = self.removed = 0
+        self.reconfigs = self.plans = self.consolidations = self.added = self.removed = 0
         self.evictions_by_pod: Counter[int] = Counter()
         self.hour = self._empty_hour()
         self.hour_start = start_s
@@ -252,8 +252,11 @@ class Meter:
         self.consolidations += 1
 
     def evicted(self, pod_id: int) -> None:
-        self.evictions += 1
         self.evictions_by_pod[pod_id] += 1
+
+    @property
+    def evictions(self) -> int:
+        return self.evictions_by_pod.total()
 
     def node_added(self) -> None:
         """The autoscaler added back a released node."""
