@@ -22,8 +22,10 @@ fleet, over the samples where ``static`` waits at least 10 minutes (issue 14's y
 the mean wait (median, range), its share of ``ideal``'s cut, how many samples reach issue 14's wait goal (a cut of
 at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
-wait, and it hides them), the pods ``packing`` evicts per sample (median and range) and the most times it evicted
-any one pod (a pod moved back and forth every hour shows there), its most reconfigurations per node-hour (issue
+wait, and it hides them), the pods ``packing`` evicts per sample (median and range), over all those samples
+by the rule that evicted them (a reconfiguration, a consolidation, a re-homing, the autoscaler's drain), and the
+most times it evicted any one pod, with the rules that did (a pod moved back and forth every hour shows there),
+its most reconfigurations per node-hour (issue
 14 asks for at most 1), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s,
 ``sharing``'s (what
 placing each pod once, never moving it, leaves of that cut), ``sharing-forms``' (the same with each
@@ -68,7 +70,7 @@ from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 
 from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig
-from slicewise.whatif.metrics import ClassWait
+from slicewise.whatif.metrics import EVICTION_RULES, ClassWait
 from slicewise.whatif.policies import POLICIES, SHARING_FORMS, SHARING_MODES
 from slicewise.whatif.report import class_means, format_table
 from slicewise.whatif.run import replay
@@ -113,6 +115,8 @@ class Figures:
     pods_evicted: int = 0
     most_evictions_of_a_pod: int = 0
     reconfigs_per_node_hour: float = 0.0
+    evictions_by_rule: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    most_evicted_pod_by_rule: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @cache
@@ -179,6 +183,8 @@ def run_one(
         result.pods_evicted,
         result.most_evictions_of_a_pod,
         result.reconfigs_per_node_hour,
+        result.evictions_by_rule,
+        result.most_evicted_pod_by_rule,
     )
 
 
@@ -287,6 +293,11 @@ class Tally:
         )
 
 
+def _by_rule(counts: Mapping[str, int]) -> str:
+    """Evictions per rule (whatif.metrics.EVICTION_RULES), the rules that evicted none left out."""
+    return ", ".join(f"{rule} {counts[rule]:,}" for rule in EVICTION_RULES if counts.get(rule)) or "none"
+
+
 def _reaches(shares: list[float]) -> bool:
     """Whether the median of ``shares`` reaches the node-hour goal (none: no)."""
     return bool(shares) and statistics.median(shares) >= NODE_GOAL_SHARE
@@ -335,7 +346,8 @@ def report(
             "longer than static (> 1 %)",
             "small pods longer",
             f"{judged} evicted",
-            "most of one pod",
+            "evicted by rule (all samples)",
+            "most of one pod (by rule)",
             "reconfigs/node/h",
             "node-GPU-h: share of ideal's cut",
             *(heading for heading, _, _ in REFERENCES),
@@ -347,7 +359,8 @@ def report(
         cuts, shares, reached, beyond, longer, small = [], [], 0, 0, 0, 0
         node_shares: list[float] = []
         evicted: list[float] = []
-        most_of_a_pod = 0
+        most_of_a_pod: Figures | None = None
+        by_rule: Counter[str] = Counter()
         reconfigs: list[float] = []
         paid_shares: list[float] = []
         reference_shares: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
@@ -418,7 +431,12 @@ def report(
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
             evicted.append(packing.pods_evicted)
-            most_of_a_pod = max(most_of_a_pod, packing.most_evictions_of_a_pod)
+            by_rule.update(packing.evictions_by_rule)
+            if (
+                most_of_a_pod is None
+                or packing.most_evictions_of_a_pod > most_of_a_pod.most_evictions_of_a_pod
+            ):
+                most_of_a_pod = packing
             reconfigs.append(packing.reconfigs_per_node_hour)
         tally.add(
             len(cuts),
@@ -440,7 +458,17 @@ def report(
                 f"{longer} / {len(cuts)}",
                 f"{small} / {len(cuts)}",
                 _count_span(evicted),
-                f"{most_of_a_pod:,}" if cuts else "-",
+                _by_rule(by_rule) if cuts else "-",
+                (
+                    f"{most_of_a_pod.most_evictions_of_a_pod:,}"
+                    + (
+                        f" ({_by_rule(most_of_a_pod.most_evicted_pod_by_rule)})"
+                        if most_of_a_pod.pods_evicted
+                        else ""
+                    )
+                    if most_of_a_pod
+                    else "-"
+                ),
                 f"{max(reconfigs):.4f}" if reconfigs else "-",
                 _span(node_shares),
                 *(

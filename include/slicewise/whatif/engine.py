@@ -58,7 +58,14 @@ from slicewise.planning.reserve import RESERVE_REPLICAS
 from slicewise.planning.types import DesiredState, NodeObservation, PodMove
 from slicewise.whatif.fleet import EPS, FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
-from slicewise.whatif.metrics import Meter, PolicyResult
+from slicewise.whatif.metrics import (
+    AUTOSCALER,
+    CONSOLIDATION,
+    RECONFIGURATION,
+    REHOME,
+    Meter,
+    PolicyResult,
+)
 from slicewise.whatif.policies import FUTURE, MIG_OFF, NOW, Policy, initial_configs, whole_gpu_share
 from slicewise.whatif.trace import TraceNode, TracePod
 
@@ -354,7 +361,7 @@ class Replay:
             self.meter.advance(now, self.fleet, len(self.queue))
             self.last_event = now
             for pod_id in list(drain.pods):
-                self._evict(drain, pod_id, now)
+                self._evict(drain, pod_id, now, AUTOSCALER)
             self._loaded(drain, now)
             self._remove(drain)
             self.meter.node_removed()
@@ -543,7 +550,12 @@ class Replay:
             self.fleet.taints[[self.index[name] for name in listed]] += 1
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:
-            self._reconfigure(self.fleet.by_name[node_plan.node], node_plan.desired, now)
+            self._reconfigure(
+                self.fleet.by_name[node_plan.node],
+                node_plan.desired,
+                now,
+                CONSOLIDATION if node_plan.rule == CONSOLIDATED else RECONFIGURATION,
+            )
             if node_plan.rule == CONSOLIDATED and not node_plan.pending_served:
                 self.releasing.add(self.index[node_plan.node])
         self.last_plan_changed = bool(changed)
@@ -560,7 +572,7 @@ class Replay:
             node = self.fleet.by_name[move.node]
             pod_id = self.pod_ids[move.pod]
             if pod_id in node.pods:
-                self._evict(node, pod_id, now)
+                self._evict(node, pod_id, now, REHOME)
         return bool(moves)
 
     def _keep_from_scale_down(self, kept: set[int], now: float) -> None:
@@ -575,10 +587,11 @@ class Replay:
         for index in sorted(left):
             self._maybe_unneeded(self.fleet.nodes[index], now)
 
-    def _reconfigure(self, node: SimNode, desired: DesiredState, now: float) -> None:
+    def _reconfigure(self, node: SimNode, desired: DesiredState, now: float, rule: str) -> None:
+        """``rule``: why its pods are evicted (:data:`~slicewise.whatif.metrics.EVICTION_RULES`)."""
         index = self.index[node.name]
         for pod_id in list(node.pods):
-            self._evict(node, pod_id, now)
+            self._evict(node, pod_id, now, rule)
         self._loaded(node, now)
         drain_only = (desired.mig_config, desired.device_plugin_config) == (node.mig_config, node.plugin)
         self.fleet.unavailable(node)
@@ -591,7 +604,7 @@ class Replay:
         else:
             self.meter.reconfigured()
 
-    def _evict(self, node: SimNode, pod_id: int, now: float) -> None:
+    def _evict(self, node: SimNode, pod_id: int, now: float, rule: str) -> None:
         """The pod leaves the node and requeues (ahead of later arrivals) with the rest of its run time plus
         ``eviction_cost_s``."""
         self.fleet.give_back(node, pod_id, self.demand_of[pod_id])
@@ -602,7 +615,7 @@ class Replay:
         self.node_of[pod_id] = -1
         self.waiting_since[pod_id] = now
         self._enqueue(pod_id)
-        self.meter.evicted(pod_id)
+        self.meter.evicted(pod_id, rule)
 
     def _observations(self, now: float) -> list[NodeObservation]:
         out = []

@@ -15,7 +15,8 @@ Headline figures, what operators pay for:
   autoscaler could have removed.
 - ``reconfigs_per_node_hour``, ``consolidations``, ``pods_evicted``: layout or MPS changes applied, nodes drained
   of their pods without a change (consolidation), and the pods both evicted (``most_evictions_of_a_pod``: the
-  most times one pod was); ``nodes_added``: nodes a
+  most times one pod was; ``evictions_by_rule``: how many each rule evicted, of :data:`EVICTION_RULES`, and
+  ``most_evicted_pod_by_rule``: the same for that pod); ``nodes_added``: nodes a
   consolidation released that the autoscaler added back for pods with nowhere else to go.
 
 Kept beside them:
@@ -96,6 +97,18 @@ def class_wait(waited: np.ndarray) -> ClassWait:
     )
 
 
+# Who evicts a pod in a replay: a change of MIG layout or MPS replicas (the node is drained first), a
+# consolidation's drain (planning.consolidation), a fractional pod re-homed to a free MPS tenant
+# (planning.rehome), and the autoscaler draining a node in use under its utilisation threshold.
+RECONFIGURATION, CONSOLIDATION, REHOME, AUTOSCALER = (
+    "reconfiguration",
+    "consolidation",
+    "rehome",
+    "autoscaler",
+)
+EVICTION_RULES = (RECONFIGURATION, CONSOLIDATION, REHOME, AUTOSCALER)
+
+
 @dataclass(frozen=True)
 class PaidSplit:
     """Where the paid GPU-hours went (GPU-hours; the four add up to ``service_gpu_hours``)."""
@@ -146,6 +159,8 @@ class PolicyResult:
     # the most times one pod was evicted: many evictions of a few pods (one moved back and forth every hour) read
     # differently from one each of many
     most_evictions_of_a_pod: int = 0
+    evictions_by_rule: dict[str, int] = field(default_factory=dict)  # every rule of EVICTION_RULES, 0 or more
+    most_evicted_pod_by_rule: dict[str, int] = field(default_factory=dict)  # the rules that evicted that pod
     # GPU-hours of the nodes in service (not removed by the autoscaler): what the cluster pays for; ideal's and
     # sharing's are their node_gpu_hours, or with the replays' autoscaler the node-GPUs they held over its
     # unneeded time (whatif.held)
@@ -176,6 +191,7 @@ class Meter:
         self.frag_samples = 0
         self.reconfigs = self.plans = self.consolidations = self.added = self.removed = 0
         self.evictions_by_pod: Counter[int] = Counter()
+        self.evictions_of: Counter[tuple[int, str]] = Counter()  # (pod, rule) -> times
         self.hour = self._empty_hour()
         self.hour_start = start_s
         self.hours: list[HourRecord] = []
@@ -251,8 +267,26 @@ class Meter:
         """A node drained of its pods without a change of configuration (planning.consolidation)."""
         self.consolidations += 1
 
-    def evicted(self, pod_id: int) -> None:
+    def evicted(self, pod_id: int, rule: str) -> None:
+        """``rule``: one of :data:`EVICTION_RULES`."""
+        if rule not in EVICTION_RULES:
+            raise ValueError(f"unknown eviction rule {rule!r}; known: {', '.join(EVICTION_RULES)}")
         self.evictions_by_pod[pod_id] += 1
+        self.evictions_of[pod_id, rule] += 1
+
+    def evictions_by_rule(self) -> dict[str, int]:
+        """Evictions per rule, every rule listed (0 where it evicted none)."""
+        out = dict.fromkeys(EVICTION_RULES, 0)
+        for (_, rule), times in self.evictions_of.items():
+            out[rule] += times
+        return out
+
+    def most_evicted_pod_by_rule(self) -> dict[str, int]:
+        """The rules that evicted the pod evicted most often (the first such pod), and how often each did."""
+        if not self.evictions_by_pod:
+            return {}
+        [(pod_id, _)] = self.evictions_by_pod.most_common(1)
+        return {rule: times for (pod, rule), times in self.evictions_of.items() if pod == pod_id}
 
     @property
     def evictions(self) -> int:
@@ -297,6 +331,8 @@ class Meter:
             nodes_added=self.added,
             nodes_removed=self.removed,
             most_evictions_of_a_pod=max(self.evictions_by_pod.values(), default=0),
+            evictions_by_rule=self.evictions_by_rule(),
+            most_evicted_pod_by_rule=self.most_evicted_pod_by_rule(),
             service_gpu_hours=float(self.service / HOUR_S),
             paid=PaidSplit(
                 requested=float(self.work / HOUR_S),

@@ -143,6 +143,7 @@ def test_the_autoscaler_drains_an_under_used_node_whose_pods_fit_elsewhere(
     config = dataclasses.replace(AUTOSCALED, scale_down_utilization_threshold=threshold)
     result = replay(pods, nodes, end=30_000, config=config)
     assert (result.nodes_removed, result.nodes_added, result.pods_evicted) == (2, 0, evicted)
+    assert result.evictions_by_rule["autoscaler"] == evicted
     assert result.wait_mean_s == 0.0  # c restarts on n1 the moment it is evicted
     assert result.service_gpu_hours == pytest.approx((2 * n1_until_s + 4 * n2_until_s) / 3600)
 

@@ -220,6 +220,9 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner)
     result = replay("reactive", pods, TWO_NODES, end=30_000, config=config)
     assert (result.consolidations, result.pods_evicted, result.reconfigs_per_node_hour) == (1, 1, 0.0)
+    assert result.evictions_by_rule["consolidation"] == 1 and result.most_evicted_pod_by_rule == {
+        "consolidation": 1
+    }
     assert result.wait_mean_s == pytest.approx((0 + 0 + 3650) / 3)  # c: 10 -> 3660
     # n1: a until 3600, c 3660-6660; n2: b 1-20001 and a's last 16,400 s from 3600.
     assert result.node_gpu_hours == pytest.approx(2 * (3600 + 3000 + 20_000) / 3600)
@@ -339,14 +342,25 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     assert young.most_evictions_of_a_pod == 0
 
 
-def test_the_meter_counts_evictions_per_pod() -> None:
-    # One pod moved three times and another once: four evictions, at most three of one pod.
+def test_the_meter_counts_evictions_per_pod_and_rule() -> None:
+    # Pod 7 moved three times (twice re-homed, once by the autoscaler) and pod 2 once: four evictions, at most
+    # three of one pod, and that pod's rules.
     from slicewise.whatif.metrics import Meter
 
     meter = Meter(0.0, 2)
-    for pod_id in (7, 2, 7, 7):
-        meter.evicted(pod_id)
+    for pod_id, rule in ((7, "rehome"), (2, "consolidation"), (7, "autoscaler"), (7, "rehome")):
+        meter.evicted(pod_id, rule)
     assert (meter.evictions, max(meter.evictions_by_pod.values())) == (4, 3)
+    assert meter.evictions_by_rule() == {
+        "reconfiguration": 0,
+        "consolidation": 1,
+        "rehome": 2,
+        "autoscaler": 1,
+    }
+    assert meter.most_evicted_pod_by_rule() == {"rehome": 2, "autoscaler": 1}
+    assert Meter(0.0, 1).most_evicted_pod_by_rule() == {}
+    with pytest.raises(ValueError, match="unknown eviction rule 'drain'"):
+        meter.evicted(2, "drain")
 
 
 def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once() -> None:

@@ -40,5 +40,11 @@ def test_a_fractional_pod_moved_to_a_tenant_frees_its_gpu_for_a_waiting_pod(
         POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0), [("all-disabled", "default"), mps]
     ).run()
     assert result.pods_evicted == evicted
+    assert result.evictions_by_rule == {
+        "reconfiguration": 0,
+        "consolidation": 0,
+        "rehome": evicted,
+        "autoscaler": 0,
+    }
     assert result.wait_by_class[ONE_GPU].mean_s == pytest.approx(w2_wait_s / 2)  # w1 waited 0
     assert result.still_waiting == 0

@@ -58,6 +58,7 @@ def test_the_queue_drains_after_an_mps_split_that_evicts_the_running_pod() -> No
     # at 3700 s with three 1/3 slots: a waited 100 s, b and c 3690 s. a runs its last 3600 s to 7300, b and c
     # run to 8700. Later hours keep mps-3 (shrinking without overload gains nothing).
     assert result.pods_evicted == 1
+    assert result.most_evicted_pod_by_rule == {"reconfiguration": 1}
     assert result.reconfigs_per_node_hour == pytest.approx(1 / (END / 3600))
     assert result.wait_mean_s == pytest.approx((100 + 3690 + 3690) / 3)
     work = 0.2 * 7200 + 2 * 0.2 * 5000
