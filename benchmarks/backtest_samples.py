@@ -23,7 +23,8 @@ the mean wait (median, range), its share of ``ideal``'s cut, how many samples re
 at least 80 % and at least 80 % of ``ideal``'s), how many wait more than 1 % longer than ``static``, how many make
 the fractional or 1-GPU pods wait longer (by more than 1 % and a minute: the mean is mostly the multi-GPU pods'
 wait, and it hides them), the pods ``packing`` evicts per sample (median and range), over all those samples
-by the rule that evicted them (a reconfiguration, a consolidation, a re-homing, the autoscaler's drain), and the
+by the rule that evicted them (a reconfiguration, a consolidation, a re-homing, the autoscaler's drain), those
+``static`` loses to the autoscaler's drains (none on a fixed fleet), and the
 most times it evicted any one pod, with the rules that did (a pod moved back and forth every hour shows there),
 its most reconfigurations per node-hour (issue
 14 asks for at most 1), and the node-GPU-hour cut's share of ``ideal``'s, ``packing``'s,
@@ -346,6 +347,7 @@ def report(
             "longer than static (> 1 %)",
             "small pods longer",
             f"{judged} evicted",
+            "static evicted",
             "evicted by rule (all samples)",
             "most of one pod (by rule)",
             "reconfigs/node/h",
@@ -359,6 +361,7 @@ def report(
         cuts, shares, reached, beyond, longer, small = [], [], 0, 0, 0, 0
         node_shares: list[float] = []
         evicted: list[float] = []
+        static_evicted: list[float] = []
         most_of_a_pod: Figures | None = None
         by_rule: Counter[str] = Counter()
         reconfigs: list[float] = []
@@ -431,6 +434,7 @@ def report(
             longer += packing.wait_mean_s > (1 + NOISE) * static.wait_mean_s
             small += _small_longer(static, packing)
             evicted.append(packing.pods_evicted)
+            static_evicted.append(static.pods_evicted)
             by_rule.update(packing.evictions_by_rule)
             if (
                 most_of_a_pod is None
@@ -458,6 +462,7 @@ def report(
                 f"{longer} / {len(cuts)}",
                 f"{small} / {len(cuts)}",
                 _count_span(evicted),
+                _count_span(static_evicted),
                 _by_rule(by_rule) if cuts else "-",
                 (
                     f"{most_of_a_pod.most_evictions_of_a_pod:,}"
