@@ -348,7 +348,7 @@ def report(
             "small pods longer",
             f"{judged} evicted",
             "static evicted",
-            "evicted by rule (all samples)",
+            "evicted by rule (sum)",
             "most of one pod (by rule)",
             "reconfigs/node/h",
             "node-GPU-h: share of ideal's cut",
