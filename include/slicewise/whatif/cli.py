@@ -465,6 +465,10 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
     print(report.text_table(backtest))
     print("\nWhere the paid GPU-hours went:")
     print(report.paid_table(backtest))
+    evictions = report.eviction_table(backtest)
+    if evictions:
+        print("\nEvictions by rule:")
+        print(evictions)
     choices = (
         report.consolidation_choice,
         report.standby_choice,

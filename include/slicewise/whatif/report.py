@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise.costs.page import table
 from slicewise.costs.plots import new_figure, png_base64
+from slicewise.whatif.metrics import EVICTION_RULES
 from slicewise.whatif.policies import (
     MPS_RELEASE_PREFIX,
     other_whole_gpu_demand,
@@ -183,6 +184,34 @@ def paid_table(backtest: Backtest) -> str:
     return format_table([PAID_HEADERS, *paid_rows(backtest)])
 
 
+EVICTION_HEADERS = ["policy", "evicted", *EVICTION_RULES, "most of one pod (by rule)"]
+
+
+def eviction_rows(backtest: Backtest) -> list[list[str]]:
+    """Each policy's evictions by the rule that made them, and the most-evicted pod's, for the policies that
+    evicted any."""
+    out = []
+    for name, r in backtest.results.items():
+        if not r.pods_evicted:
+            continue
+        worst = ", ".join(f"{rule} {times:,}" for rule, times in r.most_evicted_pod_by_rule.items())
+        out.append(
+            [
+                name,
+                f"{r.pods_evicted:,}",
+                *(f"{r.evictions_by_rule.get(rule, 0):,}" for rule in EVICTION_RULES),
+                f"{r.most_evictions_of_a_pod:,} ({worst})",
+            ]
+        )
+    return out
+
+
+def eviction_table(backtest: Backtest) -> str:
+    """The evictions table, or "" when no policy evicted a pod."""
+    found = eviction_rows(backtest)
+    return format_table([EVICTION_HEADERS, *found]) if found else ""
+
+
 def consolidation_choice(backtest: Backtest) -> list[str]:
     """For each policy replayed once per consolidation mode (``packing/off``, ``packing/nodes``, ...): the modes
     that waited least and those that used the fewest node-GPU-hours (ties listed together; node-GPU-hours
@@ -331,6 +360,20 @@ def _over_time(
     return png_base64(figure)
 
 
+def _evictions_html(backtest: Backtest) -> str:
+    found = eviction_rows(backtest)
+    if not found:
+        return ""
+    return (
+        "<h2>Evictions by rule</h2>\n"
+        + table(EVICTION_HEADERS, found)
+        + "\n<p>Who evicted the pods: a change of MIG layout or MPS replicas (the node is drained first), a "
+        "consolidation, a fractional pod re-homed to a free MPS tenant, or the autoscaler draining a node in use "
+        "under its utilisation threshold. A pod evicted many times, by a re-homing and the autoscaler in turn, "
+        "shows in the last column.</p>"
+    )
+
+
 def render_html(backtest: Backtest) -> str:
     data = as_json(backtest)
     plots = [
@@ -374,6 +417,7 @@ What each figure means, the scheduler models and the policies: docs/backtest.md.
 <p>What the running pods requested; what their slots held beyond it (a fractional pod on a whole GPU or a larger
 slice or tenant); free capacity on the nodes hosting pods, stranded since none of them can go without moving
 pods; and nodes paid for with no pod on them. The four add up to the paid GPU-hours.</p>
+{_evictions_html(backtest)}
 {"".join(f"<p>{html.escape(line)}</p>" for line in choice_lines(data))}
 {images}
 </body></html>

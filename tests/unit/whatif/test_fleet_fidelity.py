@@ -265,6 +265,16 @@ def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_na
         dataclasses.replace(backtest, results=dict(results, **{"reactive/off": stuck}))
     )
     assert "fewest node-GPU-hours with off" not in line and "pods never served with off (1)" in line
+    # The evictions table: only the modes that evicted, each of its one pod by consolidation.
+    from slicewise.whatif.report import eviction_rows, eviction_table, render_html
+
+    assert eviction_rows(backtest) == [
+        ["reactive/whole-gpus", "1", "0", "1", "0", "0", "1 (consolidation 1)"],
+        ["reactive/nodes", "1", "0", "1", "0", "0", "1 (consolidation 1)"],
+    ]
+    assert "<h2>Evictions by rule</h2>" in render_html(backtest)
+    calm = dataclasses.replace(backtest, results={"static": results["static"]})
+    assert eviction_table(calm) == "" and "Evictions by rule" not in render_html(calm)
 
 
 def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> None:
