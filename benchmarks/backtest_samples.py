@@ -299,6 +299,15 @@ def _by_rule(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{rule} {counts[rule]:,}" for rule in EVICTION_RULES if counts.get(rule)) or "none"
 
 
+def _most_of_a_pod(figures: Figures | None) -> str:
+    """The most times one pod was evicted, with the rules that did (``-`` with no sample judged)."""
+    if figures is None:
+        return "-"
+    if not figures.pods_evicted:
+        return "0"
+    return f"{figures.most_evictions_of_a_pod:,} ({_by_rule(figures.most_evicted_pod_by_rule)})"
+
+
 def _reaches(shares: list[float]) -> bool:
     """Whether the median of ``shares`` reaches the node-hour goal (none: no)."""
     return bool(shares) and statistics.median(shares) >= NODE_GOAL_SHARE
@@ -464,16 +473,7 @@ def report(
                 _count_span(evicted),
                 _count_span(static_evicted),
                 _by_rule(by_rule) if cuts else "-",
-                (
-                    f"{most_of_a_pod.most_evictions_of_a_pod:,}"
-                    + (
-                        f" ({_by_rule(most_of_a_pod.most_evicted_pod_by_rule)})"
-                        if most_of_a_pod.pods_evicted
-                        else ""
-                    )
-                    if most_of_a_pod
-                    else "-"
-                ),
+                _most_of_a_pod(most_of_a_pod),
                 f"{max(reconfigs):.4f}" if reconfigs else "-",
                 _span(node_shares),
                 *(

@@ -190,7 +190,6 @@ class Meter:
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
         self.reconfigs = self.plans = self.consolidations = self.added = self.removed = 0
-        self.evictions_by_pod: Counter[int] = Counter()
         self.evictions_of: Counter[tuple[int, str]] = Counter()  # (pod, rule) -> times
         self.hour = self._empty_hour()
         self.hour_start = start_s
@@ -271,8 +270,15 @@ class Meter:
         """``rule``: one of :data:`EVICTION_RULES`."""
         if rule not in EVICTION_RULES:
             raise ValueError(f"unknown eviction rule {rule!r}; known: {', '.join(EVICTION_RULES)}")
-        self.evictions_by_pod[pod_id] += 1
         self.evictions_of[pod_id, rule] += 1
+
+    @property
+    def evictions_by_pod(self) -> Counter[int]:
+        """Evictions per pod, pods in the order of their first eviction."""
+        out: Counter[int] = Counter()
+        for (pod_id, _), times in self.evictions_of.items():
+            out[pod_id] += times
+        return out
 
     def evictions_by_rule(self) -> dict[str, int]:
         """Evictions per rule, every rule listed (0 where it evicted none)."""
@@ -283,14 +289,14 @@ class Meter:
 
     def most_evicted_pod_by_rule(self) -> dict[str, int]:
         """The rules that evicted the pod evicted most often (the first such pod), and how often each did."""
-        if not self.evictions_by_pod:
+        if not self.evictions_of:
             return {}
         [(pod_id, _)] = self.evictions_by_pod.most_common(1)
         return {rule: times for (pod, rule), times in self.evictions_of.items() if pod == pod_id}
 
     @property
     def evictions(self) -> int:
-        return self.evictions_by_pod.total()
+        return self.evictions_of.total()
 
     def node_added(self) -> None:
         """The autoscaler added back a released node."""
