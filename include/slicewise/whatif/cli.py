@@ -228,6 +228,13 @@ def register(subparsers: Any) -> None:
         "(cluster-autoscaler's --scale-down-delay-after-add; default 600, its default)",
     )
     parser.add_argument(
+        "--plan-offset-s",
+        type=int,
+        default=0,
+        help="the packing planner runs this many seconds past each hour of the replay, as the hourly DAG runs at "
+        "some minute (a multiple of 300 under 3600; default 0, on the hour)",
+    )
+    parser.add_argument(
         "--shared-node-group",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -369,6 +376,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--keep-released is a fleet without an autoscaler: not with --scale-down-unneeded-s")
     if args.scale_down_delay_after_add_s < 0:
         raise ValueError("--scale-down-delay-after-add-s must be >= 0")
+    if not 0 <= args.plan_offset_s < 3600 or args.plan_offset_s % BacktestConfig.step_s:
+        raise ValueError(f"--plan-offset-s must be a multiple of {BacktestConfig.step_s} under 3600")
     if not 0 <= args.scale_down_utilization_threshold <= 1:
         raise ValueError("--scale-down-utilization-threshold must be in [0, 1]")
     if not 0 <= args.release_below <= 1:
@@ -402,6 +411,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         scale_down_utilization_threshold=args.scale_down_utilization_threshold,
         scale_down_delay_after_add_s=args.scale_down_delay_after_add_s,
         shared_node_group=args.shared_node_group,
+        plan_offset_s=args.plan_offset_s,
         planner=dataclasses.replace(
             base.planner,
             plan_gpus_without_mig=not args.leave_gpus_without_mig,

@@ -231,6 +231,33 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     assert stuck.consolidations == 0 and stuck.wait_mean_s == pytest.approx((20_000 - 10) / 3)
 
 
+def test_the_planner_runs_at_its_offset_past_each_hour() -> None:
+    # The trace of the test above with the plans 900 s past each hour: the first comes at 4500 s, not 3600, so n1
+    # is emptied then, and c waits 10 -> 4560 (after the 60 s drain) instead of 10 -> 3660.
+    from slicewise.planning.config import PlannerConfig
+
+    pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = BacktestConfig(
+        scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner, plan_offset_s=900
+    )
+    result = replay("reactive", pods, TWO_NODES, end=30_000, config=config)
+    assert (result.consolidations, result.pods_evicted) == (1, 1)
+    assert result.wait_mean_s == pytest.approx((0 + 0 + 4550) / 3)
+    # n1: a until 4500, c 4560-7560; n2: b 1-20001 and a's last 15,500 s from 4500.
+    assert result.node_gpu_hours == pytest.approx(2 * (4500 + 3000 + 20_000) / 3600)
+    # static has no planner: the clock changes nothing of it.
+    assert replay("static", pods, TWO_NODES, 30_000, config).wait_mean_s == pytest.approx(
+        replay("static", pods, TWO_NODES, 30_000, dataclasses.replace(config, plan_offset_s=0)).wait_mean_s
+    )
+
+
+@pytest.mark.parametrize("offset", [-300, 100, 3600])
+def test_a_plan_offset_off_the_sampling_steps_or_past_the_hour_is_refused(offset: int) -> None:
+    with pytest.raises(ValueError, match="plan_offset_s must be a multiple of step_s"):
+        BacktestConfig(plan_offset_s=offset)
+
+
 def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_names_the_modes() -> None:
     # The trace of the test above, every consolidation mode at once (slicewise backtest --consolidation all):
     # reactive/off leaves c waiting for a or b to finish (as static does), the other two empty n1 for it.

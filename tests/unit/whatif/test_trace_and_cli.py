@@ -151,6 +151,11 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --scale-down-delay-after-add-s must be >= 0")
     assert main([*args, "--keep-released", "--scale-down-unneeded-s", "600"]) == 2
     assert capsys.readouterr().err.startswith("error: --keep-released is a fleet without an autoscaler")
+    for offset in ("100", "3600", "-300"):
+        assert main([*args, "--plan-offset-s", offset]) == 2
+        assert capsys.readouterr().err.startswith(
+            "error: --plan-offset-s must be a multiple of 300 under 3600"
+        )
 
 
 def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_less(
@@ -185,6 +190,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert scaled["model"]["planner"]["mps_release_below"] == 0.25  # planner_mps_release_below, as production
     assert main([*args, "--scale-down-unneeded-s", "600", "--mps-release-below", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["mps_release_below"] == 1.0
+    assert scaled["model"]["plan_offset_s"] == 0  # plans on the hour unless asked
+    assert main([*args, "--plan-offset-s", "900"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["plan_offset_s"] == 900
     assert scaled["model"]["planner"]["rehome"] == "always"  # planner_rehome, as production
     assert main([*args, "--rehome", "waiting"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["rehome"] == "waiting"
