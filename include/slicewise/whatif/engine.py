@@ -110,9 +110,9 @@ class BacktestConfig:
     shared_node_group: bool = True
     step_s: int = 300  # load samples for the forecaster's baselines
     # The planner runs this long past each hour of the replay, as the hourly DAG runs at some minute of the hour (a
-    # multiple of step_s under an hour; 0: on the hour). Which minute is arbitrary, yet one burst that arrives just
-    # before or after a plan moves a sample's mean wait by tens of points: benchmarks/backtest_samples.py replays
-    # several and judges their median (docs/backtest.md, "One plan clock is weak evidence").
+    # multiple of step_s under an hour; 0: on the hour). Which minute is arbitrary, and on a few busy samples a
+    # burst that arrives just before or after a plan moves the mean wait by tens of points
+    # (benchmarks/backtest_samples.py --plan-offsets; docs/backtest.md, "The planner's clock").
     plan_offset_s: int = 0
     # As production: act on the baseline forecast; nodes without MIG are left alone unless asked.
     planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(fallback="baseline"))
