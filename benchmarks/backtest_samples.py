@@ -506,8 +506,8 @@ def report(
                     f"{static.wait_mean_s:,.0f}",
                     f"{-cut:+.1%} ({_pct(share)})" if static.wait_mean_s >= 1 else "n/a",  # no wait to cut
                     f"[{-min(clock_cuts):+.1%} .. {-max(clock_cuts):+.1%}]"
-                    if static.wait_mean_s >= 1
-                    else "n/a",
+                    if static.wait_mean_s >= 1 and packing.clock_waits
+                    else "-",  # one clock, or no wait to cut
                     class_means(static.wait_by_class),
                     class_means(packing.wait_by_class),
                     class_means(ideal.wait_by_class),

@@ -231,8 +231,8 @@ def register(subparsers: Any) -> None:
         "--plan-offset-s",
         type=int,
         default=0,
-        help="the packing planner runs this many seconds past each hour of the replay, as the hourly DAG runs at "
-        "some minute (a multiple of 300 under 3600; default 0, on the hour)",
+        help="the planner policies (reactive, thresholds, packing, oracle) plan this many seconds past each hour "
+        "of the replay, as the hourly DAG runs at some minute (a multiple of 300 under 3600; default 0, on the hour)",
     )
     parser.add_argument(
         "--shared-node-group",
