@@ -213,16 +213,19 @@ def _pinned(request: Request) -> bool:
 
 def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
     """The pending requests the node would host once empty: those that need whole GPUs, then pinned smaller ones,
-    one GPU each. A node under MPS counts only those that need whole GPUs, which it hosts once MPS is off (a pinned
-    smaller one would take a whole GPU where the evicted tenants shared one). None on a MIG node (its own plan weighs
-    switching MIG off, which its MIG pods never survive)."""
+    one GPU each. A node under MPS counts only those it hosts once MPS is off: those that need whole GPUs, and
+    pinned ones larger than its tenants (a pinned one a tenant holds would take a whole GPU where the evicted
+    tenants shared one). Without the latter, a fleet's one node of a GPU model, added back by the autoscaler from
+    the node group shared by MPS, kept its tenants (pods that may run anywhere) for weeks while pods pinned to the
+    model, too large for a tenant, waited (docs/backtest.md, "The planner's clock"). None on a MIG node (its own plan
+    weighs switching MIG off, which its MIG pods never survive)."""
     if ctx.layout is not None:
         return {}
     free = ctx.gpus
     hosted: dict[Request, float] = {}
     for request, count in pool:
         if (
-            (ctx.replicas != 1 and not request.whole)
+            (ctx.replicas != 1 and not request.whole and request.fits(GPU_RESOURCE, 1.0 / ctx.replicas))
             or not request.fits(GPU_RESOURCE, 1.0)  # a named MIG profile: no whole GPU hosts it
             or not request.allows(ctx.model.name, packing.labels_under(ctx.obs.node, 1))
             or request.gpus > free

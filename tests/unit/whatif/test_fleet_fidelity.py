@@ -337,6 +337,28 @@ def test_a_consolidation_empties_the_only_node_a_pinned_fractional_pod_may_run_o
     assert result.wait_mean_s == pytest.approx((0 + 3650) / 2)  # c: 10 -> 3660
 
 
+def test_a_consolidation_turns_mps_off_on_the_only_node_a_pinned_pod_too_large_for_its_tenants_may_run_on() -> (
+    None
+):
+    # n1, the only node of c's model, shares its GPU by MPS (two half-GPU tenants); a (0.4 GPU, any model) takes a
+    # tenant. c needs 0.8 of an n1 GPU: no tenant hosts it. At 3600 s reactive empties n1 with MPS off: a moves to
+    # n2's free GPU at once, n1 is back with a whole GPU 300 s later (a change of configuration) and takes c at
+    # 3900 s. Counting only requests that need whole GPUs on an MPS node, c would wait for a to finish at 20,000 s.
+    # c leaves at 6900 s; at 7200 s the shared reserve switches the empty n1 back to MPS, and a is re-homed there.
+    from slicewise.planning.config import PlannerConfig
+
+    nodes = [TraceNode("n1", 1, "V100M32"), TraceNode("n2", 1, "V100M16")]
+    pods = [pod("a", 0, 20_000, 0.4), pod("c", 10, 3000, 0.8, models="V100M32")]
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
+    config = BacktestConfig(
+        eviction_cost_s=0.0, drain_s=60.0, reconfigure_s=300.0, planner=planner, gpu_model="T4-16GB"
+    )
+    start = [("all-disabled", CATALOG.device_plugin_config_for(2)), ("all-disabled", "default")]
+    result = replay("reactive", pods, nodes, end=30_000, config=config, start_as=start)
+    assert {rule: n for rule, n in result.evictions_by_rule.items() if n} == {"consolidation": 1, "rehome": 1}
+    assert result.wait_mean_s == pytest.approx((0 + 3890) / 2)
+
+
 def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_else() -> None:
     # First-fit: a and b on n1 (2 GPUs), c on n2 (4 GPUs). b leaves at 101. At 3600 s n2 holds 1 of its 4 GPUs
     # (planner_consolidation=nodes): c fits n1's free GPU, so n2 is emptied and released; the autoscaler removes
