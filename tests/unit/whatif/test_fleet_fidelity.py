@@ -337,9 +337,7 @@ def test_a_consolidation_empties_the_only_node_a_pinned_fractional_pod_may_run_o
     assert result.wait_mean_s == pytest.approx((0 + 3650) / 2)  # c: 10 -> 3660
 
 
-def test_a_consolidation_turns_mps_off_on_the_only_node_a_pinned_pod_too_large_for_its_tenants_may_run_on() -> (
-    None
-):
+def test_mps_goes_off_on_the_only_node_of_a_pinned_pod_too_large_for_a_tenant() -> None:
     # n1, the only node of c's model, shares its GPU by MPS (two half-GPU tenants); a (0.4 GPU, any model) takes a
     # tenant. c needs 0.8 of an n1 GPU: no tenant hosts it. At 3600 s reactive empties n1 with MPS off: a moves to
     # n2's free GPU at once, n1 is back with a whole GPU 300 s later (a change of configuration) and takes c at
