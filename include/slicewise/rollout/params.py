@@ -29,7 +29,9 @@ def rollout_params() -> dict[str, Param]:
             "When the forecaster is not trusted: none (change nothing) or baseline (act on it).",
             enum=[None, "none", "baseline"],
         ),
-        "planner_cordon_to_drain": _param("boolean", "Cordon nodes blocked by non-evictable GPU pods."),
+        "planner_cordon_to_drain": _param(
+            "boolean", "Blocked nodes' verdict reads cordon-to-drain: advice only, nothing cordons them."
+        ),
         "cluster_backend": _param("string", "Cluster backend.", enum=[None, "simulated", "kubernetes"]),
         "rollout_wave_shares": _param("string", "Cumulative shares after the canary, e.g. 0.1,0.25,0.5,1.0"),
         "rollout_max_in_flight": _param("integer", "Most nodes being changed at once.", minimum=1),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from slicewise.planning.types import BLOCKED, DRAIN
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.engine import RolloutBusy, Rollouts
@@ -167,6 +169,21 @@ def test_nothing_to_change_starts_nothing(harness: Harness) -> None:
     started = engine.start(ctx, empty.__class__(empty.policy, empty.predictor, True, 60, ()), "plan.json")
     assert started["rollout_id"] is None
     assert engine.report(ctx, None)["outcome"] == "nothing to change"
+
+
+@pytest.mark.parametrize("verdict", [BLOCKED, DRAIN])
+def test_a_blocked_or_cordon_to_drain_verdict_is_a_recommendation_the_rollout_leaves_alone(
+    harness: Harness, verdict: str
+) -> None:
+    """``planner_cordon_to_drain`` renames the verdict only: nothing cordons the node or changes it."""
+    ctx = harness.rollouts()
+    plan = fleet_plan(["sim-a100-80-0"])
+    recommended = dataclasses.replace(plan, nodes=(dataclasses.replace(plan.nodes[0], action=verdict),))
+    before = harness.labels("sim-a100-80-0")
+    started = engine.start(ctx, recommended, "plan.json")
+    assert (started["rollout_id"], started["action"]) == (None, "nothing to change")
+    assert harness.labels("sim-a100-80-0") == before
+    assert not harness.cluster.get_node("sim-a100-80-0").unschedulable
 
 
 def test_an_approved_wave_counts_as_passed_and_the_rollout_is_promoted(harness: Harness) -> None:
