@@ -157,6 +157,22 @@ def _not_null(column: str, why: str, *, whole_gpu_only: bool = False, kind: str 
     )
 
 
+def _present(column: str, why: str, *, kind: str = "") -> list[Check]:
+    """The column is neither null nor an empty string."""
+    return [
+        _not_null(column, why, kind=kind),
+        _check(
+            gxe.ExpectColumnValueLengthsToBeBetween,
+            needs=(column,),
+            what=f"{kind}{column} empty",
+            why=why,
+            example="",
+            column=column,
+            min_value=1,
+        ),
+    ]
+
+
 def gpu_samples(interval_start: datetime, interval_end: datetime) -> list[Check]:
     """Value ranges, labels, uniqueness and the interval of the GPU sample rows."""
     key = [*schema.GPU_KEY, schema.TIMESTAMP]
@@ -202,18 +218,7 @@ def gpu_samples(interval_start: datetime, interval_end: datetime) -> list[Check]
     ]
     for label in ("hostname", "model_name", "uuid"):
         # These labels identify and price a GPU; without them a sample cannot be attributed to a node/model.
-        found.append(_not_null(label, "the sample cannot be attributed to a GPU without it"))
-        found.append(
-            _check(
-                gxe.ExpectColumnValueLengthsToBeBetween,
-                needs=(label,),
-                what=f"{label} empty",
-                why="the sample cannot be attributed to a GPU without it",
-                example="",
-                column=label,
-                min_value=1,
-            )
-        )
+        found += _present(label, "the sample cannot be attributed to a GPU without it")
     for label in ("gpu_instance_id", "mig_profile", "namespace", "pod", "container"):
         # The contract writes "" for an unset label; a null breaks the series key and its joins.
         found.append(_not_null(label, 'an unset label must be "", a null breaks series keys and joins'))
@@ -356,18 +361,7 @@ def demand_rows(interval_start: datetime, interval_end: datetime) -> list[Check]
     ]
     for label in ("namespace", "pod", "resource"):
         # Demand is attributed to a workload and a resource kind; without them it cannot be planned for.
-        found.append(_not_null(label, "demand cannot be attributed without it", kind="demand "))
-        found.append(
-            _check(
-                gxe.ExpectColumnValueLengthsToBeBetween,
-                needs=(label,),
-                what=f"demand {label} empty",
-                why="demand cannot be attributed without it",
-                example="",
-                column=label,
-                min_value=1,
-            )
-        )
+        found += _present(label, "demand cannot be attributed without it", kind="demand ")
     # A declared share is a share of one GPU; missing (NaN) means the pod declares none.
     found.append(
         _check(
