@@ -214,11 +214,9 @@ def _pinned(request: Request) -> bool:
 def _requests_hosted(ctx: NodeContext, pool: Pool) -> dict[Request, float]:
     """The pending requests the node would host once empty: those that need whole GPUs, then pinned smaller ones,
     one GPU each. A node under MPS counts only those it hosts once MPS is off: those that need whole GPUs, and
-    pinned ones larger than its tenants (a pinned one a tenant holds would take a whole GPU where the evicted
-    tenants shared one). Without the latter, a fleet's one node of a GPU model, added back by the autoscaler from
-    the node group shared by MPS, kept its tenants (pods that may run anywhere) for weeks while pods pinned to the
-    model, too large for a tenant, waited (docs/backtest.md, "The planner's clock"). None on a MIG node (its own plan
-    weighs switching MIG off, which its MIG pods never survive)."""
+    pinned ones larger than its tenants, which wait for days otherwise (docs/planner.md, "Consolidation"); not a
+    pinned one a tenant holds (it would take a whole GPU where the evicted tenants shared one). None on a MIG node
+    (its own plan weighs switching MIG off, which its MIG pods never survive)."""
     if ctx.layout is not None:
         return {}
     free = ctx.gpus

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from slicewise.catalog import CatalogError, load_catalog
+from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig, Replay
 from slicewise.whatif.fleet import Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import UNNAMED, parse_model_map, resolve_models
@@ -213,8 +214,6 @@ def test_pods_no_node_of_the_fleet_can_host_are_left_out_with_a_note() -> None:
 def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
     # Spreading puts a on n1 and b on n2; c needs both GPUs of one node and waits. At 3600 s reactive empties n1:
     # a fits n2's free GPU, so it is evicted and placed there at once; n1 stays cordoned 60 s and then takes c.
-    from slicewise.planning.config import PlannerConfig
-
     pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
     config = BacktestConfig(scheduler="spread", eviction_cost_s=0.0, drain_s=60.0, planner=planner)
@@ -234,8 +233,6 @@ def test_a_consolidation_frees_a_node_for_a_two_gpu_pod() -> None:
 def test_the_planner_runs_at_its_offset_past_each_hour() -> None:
     # The trace of the test above with the plans 900 s past each hour: the first comes at 4500 s, not 3600, so n1
     # is emptied then, and c waits 10 -> 4560 (after the 60 s drain) instead of 10 -> 3660.
-    from slicewise.planning.config import PlannerConfig
-
     pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, gpus=2)]
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
     config = BacktestConfig(
@@ -261,7 +258,6 @@ def test_a_plan_offset_off_the_sampling_steps_or_past_the_hour_is_refused(offset
 def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_names_the_modes() -> None:
     # The trace of the test above, every consolidation mode at once (slicewise backtest --consolidation all):
     # reactive/off leaves c waiting for a or b to finish (as static does), the other two empty n1 for it.
-    from slicewise.planning.config import PlannerConfig
     from slicewise.whatif.policies import per_consolidation
     from slicewise.whatif.report import consolidation_choice
     from slicewise.whatif.run import Backtest, run_policies
@@ -309,8 +305,6 @@ def test_a_consolidation_empties_the_node_a_pinned_two_gpu_pod_may_run_on() -> N
     # must see the pin on the pending request, not only on running pods. Spreading puts a on n1 and b on n2. At
     # 3600 s reactive empties n2 (not n1, which c may not use): b fits n1's free GPU at once; n2 stays cordoned
     # 60 s and takes c. Blind to the pin, it would empty n1 first and c would wait another hour.
-    from slicewise.planning.config import PlannerConfig
-
     nodes = [TraceNode("n1", 2, "V100M16"), TraceNode("n2", 2, "V100M32")]
     pods = [pod("a", 0, 20_000, 1.0), pod("b", 1, 20_000, 1.0), pod("c", 10, 3000, 1.0, 2, models="V100M32")]
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
@@ -326,8 +320,6 @@ def test_a_consolidation_empties_the_only_node_a_pinned_fractional_pod_may_run_o
     # First-fit puts a (any model) on n1, the only node of c's model; c needs half a GPU and waits. At 3600 s
     # reactive empties n1 for c: a fits n2 at once, n1 stays cordoned 60 s and takes c. Counting only requests
     # that need whole GPUs, c would wait for a to finish at 20,000 s.
-    from slicewise.planning.config import PlannerConfig
-
     nodes = [TraceNode("n1", 1, "V100M32"), TraceNode("n2", 1, "V100M16")]
     pods = [pod("a", 0, 20_000, 1.0), pod("c", 10, 3000, 0.5, models="V100M32")]
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
@@ -343,8 +335,6 @@ def test_mps_goes_off_on_the_only_node_of_a_pinned_pod_too_large_for_a_tenant() 
     # n2's free GPU at once, n1 is back with a whole GPU 300 s later (a change of configuration) and takes c at
     # 3900 s. Counting only requests that need whole GPUs on an MPS node, c would wait for a to finish at 20,000 s.
     # c leaves at 6900 s; at 7200 s the shared reserve switches the empty n1 back to MPS, and a is re-homed there.
-    from slicewise.planning.config import PlannerConfig
-
     nodes = [TraceNode("n1", 1, "V100M32"), TraceNode("n2", 1, "V100M16")]
     pods = [pod("a", 0, 20_000, 0.4), pod("c", 10, 3000, 0.8, models="V100M32")]
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
@@ -361,8 +351,6 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
     # First-fit: a and b on n1 (2 GPUs), c on n2 (4 GPUs). b leaves at 101. At 3600 s n2 holds 1 of its 4 GPUs
     # (planner_consolidation=nodes): c fits n1's free GPU, so n2 is emptied and released; the autoscaler removes
     # it. d at 4000 s fits no node in service: the autoscaler adds n2 back 200 s later and d starts there.
-    from slicewise.planning.config import PlannerConfig
-
     nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
     pods = [
         pod("a", 0, 20_000, 1.0),
@@ -427,8 +415,6 @@ def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once()
     # arrive at 9000 s and fit no node in service: like cluster-autoscaler's binpacking estimator, the
     # autoscaler adds n2 (for four of them) and n3 (the fifth) in one scale-up, and all five start 200 s later.
     # One node per kind of request at a time would have made the fifth wait for a second scale-up: 400 s.
-    from slicewise.planning.config import PlannerConfig
-
     nodes = [TraceNode("n1", 4, "T4"), TraceNode("n2", 4, "T4"), TraceNode("n3", 4, "T4")]
     pods = [
         pod("a", 0, 20_000, 1.0),
