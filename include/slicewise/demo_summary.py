@@ -36,7 +36,7 @@ def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
         plan = storage.read_plan(plan_file)
         out.append(f"plan ({plan.policy}, forecaster {plan.predictor}): {plan.counts()}")
         for node in plan.nodes:
-            if node.action in ("change", "blocked", "cordon-to-drain"):
+            if node.action in ("change", "blocked", "cordon-to-drain", "uncordon"):
                 out.append(
                     f"  {node.node} ({node.gpus} x {node.gpu_model}): {node.action} "
                     f"{node.current.describe()} -> {node.desired.describe()}; {node.rule}"

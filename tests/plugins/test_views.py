@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, Taint
+from slicewise.cluster.base import HOLD_ANNOTATION, LAST_CHANGE_ANNOTATION, GpuNode, Hold, Taint
 from slicewise.ui import cost, sources, tables, views
 from slicewise.ui.mount import LazyApp
 from tests.plugins import fleet_data
@@ -88,6 +88,27 @@ def test_the_fleet_table_shows_layout_changes_and_dwell() -> None:
     assert table.rows[2][6:9] == ("-", "-", "free (never changed)")
     # The ledger could not be read: the column says so instead of "never".
     assert views.fleet_table(nodes, None, 1.5, NOW).rows[0][7] == "?"
+
+
+def test_the_fleet_table_tells_slicewises_hold_from_anyone_elses_cordon() -> None:
+    hold = Hold("all-3g.40gb", "default", NOW - timedelta(hours=3))
+    held = GpuNode(
+        name="held",
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+        gpu_count=4,
+        mig_config="all-1g.10gb",
+        mig_config_state="success",
+        device_plugin_config="",
+        allocatable={},
+        unschedulable=True,
+        annotations={HOLD_ANNOTATION: hold.to_annotation()},
+    )
+    rows = views.fleet_table([held, node("theirs", unschedulable=True)], {}, 1.0, NOW).rows
+    assert [row[5] for row in rows] == [
+        "held by Slicewise since 2026-11-29 09:00 UTC, until its pods finish, for mig.config=all-3g.40gb, "
+        "device-plugin.config=default",
+        "cordoned",
+    ]
 
 
 def test_the_fleet_table_says_which_nodes_slicewise_keeps_its_hands_off() -> None:

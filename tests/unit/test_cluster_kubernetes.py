@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from slicewise.cluster.base import ClusterError, EvictionBlocked, LabelsChanged, NodeNotFound, Taint
+from slicewise.cluster.base import (
+    HOLD_ANNOTATION,
+    ClusterError,
+    CordonedByOthers,
+    EvictionBlocked,
+    Hold,
+    LabelsChanged,
+    NodeNotFound,
+    Taint,
+)
 from slicewise.cluster.k8s_mapping import node_selector, pod_gpu_requests, selector_matches
 from slicewise.cluster.kubernetes import MERGE_PATCH, KubernetesCluster
 from tests.support.fake_apiserver import FakeApiServer, fleet_nodes, gpu_node, gpu_pod, pdb, write_kubeconfig
@@ -519,6 +528,45 @@ def test_cordon_and_uncordon(api: FakeApiServer, cluster: KubernetesCluster) -> 
 
     assert [p.body["spec"] for p in _patches(api)] == [{"unschedulable": True}, {"unschedulable": False}]
     assert all("resourceVersion" in p.body["metadata"] for p in _patches(api))
+
+
+def test_a_hold_is_the_cordon_and_its_annotation_in_one_patch_and_the_uncordon_drops_it(
+    api: FakeApiServer, cluster: KubernetesCluster
+) -> None:
+    hold = Hold("all-3g.40gb", "default", datetime(2026, 12, 6, 7, 0, tzinfo=UTC))
+
+    node = cluster.cordon("h100-0", hold=hold)
+    assert node.held and node.hold() == hold
+    assert cluster.cordon("h100-0", hold=hold).held  # already held as asked: nothing written
+    node = cluster.uncordon("h100-0")
+    assert not node.unschedulable and HOLD_ANNOTATION not in node.annotations
+
+    held, lifted = _patches(api)
+    assert held.body["spec"] == {"unschedulable": True}
+    assert held.body["metadata"]["annotations"] == {HOLD_ANNOTATION: hold.to_annotation()}
+    assert lifted.body["spec"] == {"unschedulable": False}
+    assert lifted.body["metadata"]["annotations"] == {HOLD_ANNOTATION: None}
+    assert all("resourceVersion" in p.body["metadata"] for p in (held, lifted))
+
+
+def test_a_node_someone_else_cordoned_is_not_held_and_nothing_is_written(
+    api: FakeApiServer, cluster: KubernetesCluster
+) -> None:
+    api.update_node_externally("h100-0", lambda n: n["spec"].update(unschedulable=True))
+    hold = Hold("all-3g.40gb", "default", datetime(2026, 12, 6, 7, 0, tzinfo=UTC))
+
+    with pytest.raises(CordonedByOthers, match="cordoned by someone else"):
+        cluster.cordon("h100-0", hold=hold)
+
+    assert _patches(api) == []
+    assert HOLD_ANNOTATION not in api.node("h100-0")["metadata"].get("annotations", {})
+
+
+def test_a_hold_annotation_reads_back_and_one_slicewise_did_not_write_reads_as_unknown() -> None:
+    assert Hold.from_annotation("not json") is None
+    assert Hold.from_annotation('{"mig.config": "x"}') is None
+    hold = Hold("all-balanced", "mps-2", datetime(2026, 12, 6, tzinfo=UTC))
+    assert Hold.from_annotation(hold.to_annotation()) == hold
 
 
 def test_set_taint_adds_and_removes_one_taint_and_keeps_the_others(

@@ -7,6 +7,7 @@ Everything here is plain data; nothing in this module does I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +28,10 @@ LAST_CHANGE_ANNOTATION = "slicewise.io/last-change"
 SCALE_DOWN_DISABLED_ANNOTATION = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 #: Beside it where Slicewise set it (planning.shaped): Slicewise takes off only the marks it made.
 SCALE_DOWN_MARK_ANNOTATION = "slicewise.io/scale-down-disabled"
+#: On a node Slicewise cordoned to let its non-evictable GPU pods finish (``planner_cordon_to_drain``): the change
+#: it waits for and since when (:class:`Hold`, JSON). Written in the same patch as the cordon and removed in the
+#: same patch as the uncordon, so a cordoned node carrying it is Slicewise's, whatever run cordoned it.
+HOLD_ANNOTATION = "slicewise.io/held-for"
 
 # GPU Operator / GPU Feature Discovery labels (NVIDIA GPU Operator MIG docs; k8s-device-plugin GFD).
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -66,6 +71,10 @@ class LabelsChanged(ClusterError):
     """The node's labels are no longer what the caller expected: someone else changed them; nothing written."""
 
 
+class CordonedByOthers(ClusterError):
+    """The node is cordoned, and not by Slicewise: not Slicewise's to hold or change; nothing written."""
+
+
 class EvictionBlocked(ClusterError):
     """The Eviction API refused (HTTP 429: a PodDisruptionBudget allows no disruption now). Retry later."""
 
@@ -85,6 +94,39 @@ class Taint:
     def __str__(self) -> str:
         """As ``kubectl taint`` writes it: ``key=value:effect``, or ``key:effect`` without a value."""
         return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What :data:`HOLD_ANNOTATION` says: the labels a held node waits to be given, and since when it is held."""
+
+    mig_config: str
+    device_plugin_config: str
+    since: datetime
+
+    def to_annotation(self) -> str:
+        return json.dumps(
+            {
+                "mig.config": self.mig_config,
+                "device-plugin.config": self.device_plugin_config,
+                "since": self.since.isoformat(),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_annotation(cls, value: str) -> Hold | None:
+        """The hold, or None when the value is not one Slicewise wrote (then the cordon is still Slicewise's: the
+        annotation is there, but what it waited for is unknown)."""
+        try:
+            data = json.loads(value)
+            return cls(
+                str(data["mig.config"]),
+                str(data["device-plugin.config"]),
+                datetime.fromisoformat(str(data["since"])),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
 
 
 #: The planner's standby taints (``planning.standby``), in grade order: a standby node of the fleet's n-th smallest
@@ -116,6 +158,15 @@ class GpuNode:
 
     def has_taint(self, taint: Taint) -> bool:
         return any(t.same(taint) for t in self.taints)
+
+    @property
+    def held(self) -> bool:
+        """Cordoned by Slicewise, across runs, so that its GPU pods finish (:data:`HOLD_ANNOTATION`)."""
+        return self.unschedulable and HOLD_ANNOTATION in self.annotations
+
+    def hold(self) -> Hold | None:
+        """What the node is held for; None when it is not held (or the annotation cannot be read)."""
+        return Hold.from_annotation(self.annotations[HOLD_ANNOTATION]) if self.held else None
 
     def hands_off(self) -> str:
         """Why Slicewise must not plan or change this node ("" when it may): its GPUs are the NVIDIA DRA
@@ -227,9 +278,15 @@ class ClusterBackend(Protocol):
         writer's). Nothing is written when the node is already as asked."""
         ...
 
-    def cordon(self, node: str) -> GpuNode: ...
+    def cordon(self, node: str, *, hold: Hold | None = None) -> GpuNode:
+        """Mark the node unschedulable. With ``hold``, the cordon is Slicewise's across runs: the cordon and
+        :data:`HOLD_ANNOTATION` are one write, and a node cordoned by someone else is refused (CordonedByOthers,
+        nothing written)."""
+        ...
 
-    def uncordon(self, node: str) -> GpuNode: ...
+    def uncordon(self, node: str) -> GpuNode:
+        """Make the node schedulable; Slicewise's hold annotation, where present, goes in the same write."""
+        ...
 
     def evict(self, namespace: str, pod: str) -> None:
         """Evict through the policy/v1 Eviction API; raises EvictionBlocked on HTTP 429 (PDB)."""

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from slicewise.cluster.base import (
+    HOLD_ANNOTATION,
     MANAGED_LABEL,
     ClusterError,
+    CordonedByOthers,
     EvictionBlocked,
     GpuNode,
     GpuPod,
+    Hold,
     LabelsChanged,
     NodeNotFound,
     Taint,
@@ -222,19 +225,37 @@ class KubernetesCluster:
 
         return self._guarded_patch(node, f"{'add' if present else 'remove'} taint {taint.key}", plan)
 
-    def cordon(self, node: str) -> GpuNode:
-        """Mark the node unschedulable (``spec.unschedulable: true``), as ``kubectl cordon`` does."""
-        return self._set_unschedulable(node, True)
+    def cordon(self, node: str, *, hold: Hold | None = None) -> GpuNode:
+        """Mark the node unschedulable (``spec.unschedulable: true``), as ``kubectl cordon`` does; with ``hold``,
+        :data:`HOLD_ANNOTATION` in the same patch, refused on a node cordoned by someone else (checked on the
+        state the guarded patch writes against)."""
+        value = hold.to_annotation() if hold is not None else None
+
+        def plan(current: GpuNode, after_conflict: bool) -> dict[str, Any] | None:
+            if value is None:
+                return None if current.unschedulable else {"spec": {"unschedulable": True}}
+            if current.unschedulable and HOLD_ANNOTATION not in current.annotations:
+                raise CordonedByOthers(f"node {node} is cordoned by someone else: not Slicewise's to hold")
+            if current.unschedulable and current.annotations.get(HOLD_ANNOTATION) == value:
+                return None
+            return {"spec": {"unschedulable": True}, "metadata": {"annotations": {HOLD_ANNOTATION: value}}}
+
+        return self._guarded_patch(node, "hold" if hold is not None else "cordon", plan)
 
     def uncordon(self, node: str) -> GpuNode:
-        """Make the node schedulable again (``spec.unschedulable: false``), as ``kubectl uncordon`` does."""
-        return self._set_unschedulable(node, False)
+        """Make the node schedulable again (``spec.unschedulable: false``), as ``kubectl uncordon`` does, and
+        drop Slicewise's hold annotation in the same patch."""
 
-    def _set_unschedulable(self, node: str, value: bool) -> GpuNode:
         def plan(current: GpuNode, after_conflict: bool) -> dict[str, Any] | None:
-            return None if current.unschedulable == value else {"spec": {"unschedulable": value}}
+            held = HOLD_ANNOTATION in current.annotations
+            if not current.unschedulable and not held:
+                return None
+            patch: dict[str, Any] = {"spec": {"unschedulable": False}}
+            if held:
+                patch["metadata"] = {"annotations": {HOLD_ANNOTATION: None}}
+            return patch
 
-        return self._guarded_patch(node, "cordon" if value else "uncordon", plan)
+        return self._guarded_patch(node, "uncordon", plan)
 
     def evict(self, namespace: str, pod: str) -> None:
         """Evict through the policy/v1 Eviction API. HTTP 429 (a PodDisruptionBudget refuses) raises

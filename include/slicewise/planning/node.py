@@ -114,8 +114,8 @@ def node_context(obs: NodeObservation, forecasts: list[SeriesForecast], catalog:
     node = obs.node
     if reason := node.hands_off():
         raise NotPlannable(f"not Slicewise's to touch: {reason}")
-    if node.unschedulable:
-        raise NotPlannable("node is cordoned (by someone or a running rollout): left alone")
+    if node.unschedulable and not node.held:  # Slicewise's own hold is planned (planning.holds)
+        raise NotPlannable("node is cordoned (by someone else or a running rollout): left alone")
     if node.mig_config_state in ("pending", "rebooting"):
         raise NotPlannable(
             f"MIG manager is reconfiguring the node (mig.config.state={node.mig_config_state})"

@@ -1,25 +1,28 @@
-"""Plan the fleet: every managed node gets a verdict (change, keep, blocked, cordon-to-drain, skip) and why.
+"""Plan the fleet: every managed node gets a verdict (change, keep, blocked, cordon-to-drain, uncordon, skip) and
+why.
 
 Order of decisions per node: can it be planned at all (known model and layout, not mid-reconfiguration, not
-cordoned) -> the policy's proposal -> guard rails: nothing to change, forecaster not trusted, hysteresis
-(gain below the minimum), dwell time, non-evictable GPU pods -> across the fleet (``packing``): consolidation,
-then the shared reserve -> the hourly change budget keeps the changes with the highest gain.
+cordoned but by Slicewise's hold) -> the policy's proposal -> guard rails: nothing to change, forecaster not
+trusted, hysteresis (gain below the minimum), dwell time, non-evictable GPU pods -> across the fleet
+(``packing``): consolidation, then the shared reserve -> the hourly change budget keeps the changes with the
+highest gain -> a node Slicewise holds keeps or lifts its hold (:mod:`slicewise.planning.holds`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import STANDBY_TAINTS
+from slicewise.cluster.base import STANDBY_TAINTS, GpuNode
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import Pool, Request, request_for
+from slicewise.planning.holds import over_budget, settle
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.rehome import note as rehome_note
@@ -88,14 +91,16 @@ def plan_fleet(
         if plan.action == CHANGE or plan.desired == plan.current:  # demand this node will host
             pool.take(dict(proposal.hosted))
         plans.append(plan)
-        planned.append(Planned(ctx, plan, proposal))
+        if not obs.node.held:  # a cordoned node takes no pod: out of the fleet-wide rules (planning.holds)
+            planned.append(Planned(ctx, plan, proposal))
     if config.policy == "packing" and acting:
         steady = steady_demand(forecasts, config.whole_gpu_demand)
         moved = consolidate(planned, pool, steady, catalog, config, now)
         plans = [moved.get(plan.node, plan) for plan in plans]
         shared = reserve(planned, {plan.node: plan for plan in plans}, pool, steady, catalog, config, now)
         plans = [shared.get(plan.node, plan) for plan in plans]
-    budgeted = _apply_budget(plans, config, len(observations))
+    nodes = {obs.node.name: obs.node for obs in observations}
+    budgeted = [settle(plan, nodes[plan.node]) for plan in _apply_budget(plans, config, nodes)]
     final = {plan.node: plan for plan in budgeted}
     shaping = config.policy == "packing" and acting
     listed = standby(planned, final) if shaping and config.standby else Standby()
@@ -315,16 +320,26 @@ def _guard(
     return base
 
 
-def _apply_budget(plans: list[NodePlan], config: PlannerConfig, managed: int) -> list[NodePlan]:
-    """Keep the highest-gain changes within ``max_change_share`` of the managed nodes (at least one)."""
+def _apply_budget(
+    plans: list[NodePlan], config: PlannerConfig, nodes: Mapping[str, GpuNode]
+) -> list[NodePlan]:
+    """Keep the highest-gain changes within ``max_change_share`` of the managed nodes (at least one); a node
+    Slicewise holds stays held (planning.holds)."""
+    managed = len(nodes)
     budget = max(1, math.floor(config.max_change_share * managed)) if config.max_change_share > 0 else 0
     changes = sorted((p for p in plans if p.action == CHANGE), key=lambda p: (-p.gain_gpu_hours, p.node))
     over = {p.node for p in changes[budget:]}
     return [
-        _replace(
-            p,
-            action=KEEP,
-            reasons=(*p.reasons, f"change budget: {budget} of {managed} nodes per run, used by higher gains"),
+        over_budget(
+            _replace(
+                p,
+                action=KEEP,
+                reasons=(
+                    *p.reasons,
+                    f"change budget: {budget} of {managed} nodes per run, used by higher gains",
+                ),
+            ),
+            nodes[p.node],
         )
         if p.node in over
         else p

@@ -95,7 +95,7 @@ def html_page(plan: FleetPlan) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>GPU partition plan</title><style>"
         "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px;vertical-align:top;font-size:13px}tr.change{background:#eef7ee}"
-        "tr.blocked,tr.cordon-to-drain{background:#fff4e0}tr.skip{color:#777}.note{color:#a40}</style></head>"
+        "tr.blocked,tr.cordon-to-drain,tr.uncordon{background:#fff4e0}tr.skip{color:#777}.note{color:#a40}</style></head>"
         f"<body><h1>GPU partition plan</h1><p>{html.escape(headline(plan))}</p>{notes}"
         f"<table><tr>{head}</tr>{body}</table></body></html>"
     )

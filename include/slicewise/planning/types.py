@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from slicewise.cluster.base import GpuNode, GpuPod
 
 KEEP, CHANGE, BLOCKED, DRAIN, SKIP = "keep", "change", "blocked", "cordon-to-drain", "skip"
-ACTIONS = (CHANGE, DRAIN, BLOCKED, KEEP, SKIP)
+#: A node Slicewise holds (planning.holds) whose change is no longer wanted: lift Slicewise's cordon.
+UNCORDON = "uncordon"
+ACTIONS = (CHANGE, DRAIN, UNCORDON, BLOCKED, KEEP, SKIP)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class NodePlan:
     gpus: int
     current: DesiredState
     desired: DesiredState
-    action: str  # change | cordon-to-drain | blocked | keep | skip
+    action: str  # change | cordon-to-drain | uncordon | blocked | keep | skip
     policy: str
     rule: str  # the rule of the policy that fired, in words
     reasons: tuple[str, ...]

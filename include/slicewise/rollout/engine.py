@@ -20,6 +20,7 @@ from slicewise.cluster.base import ClusterBackend
 from slicewise.planning.types import CHANGE, FleetPlan
 from slicewise.rollout import analysis
 from slicewise.rollout.checks import Check
+from slicewise.rollout.holds import Holds, settle_holds
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.moves import move_pods
@@ -96,7 +97,10 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     kept = mark_scale_down_disabled(ctx.backend, plan)
     # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
     moved = move_pods(ctx.backend, plan)
+    # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
+    holds = settle_holds(ctx.backend, plan, ctx.catalog, now)
     marks = {
+        "holds": holds.to_dict(),
         "standby": standby,
         "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
         "moves": {"evicted": list(moved.evicted), "skipped": list(moved.skipped)},
@@ -123,6 +127,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
         ctx.event(rollout.id, kept.describe())
     if plan.moves:
         ctx.event(rollout.id, moved.describe())
+    if holds != Holds():
+        ctx.event(rollout.id, holds.describe())
     return {"rollout_id": rollout.id, "action": "started", "waves": waves, **marks}
 
 

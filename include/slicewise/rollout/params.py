@@ -30,7 +30,8 @@ def rollout_params() -> dict[str, Param]:
             enum=[None, "none", "baseline"],
         ),
         "planner_cordon_to_drain": _param(
-            "boolean", "Blocked nodes' verdict reads cordon-to-drain: advice only, nothing cordons them."
+            "boolean",
+            "Blocked changes read cordon-to-drain; apply mode cordons (holds) such a node until its pods end.",
         ),
         "cluster_backend": _param("string", "Cluster backend.", enum=[None, "simulated", "kubernetes"]),
         "rollout_wave_shares": _param("string", "Cumulative shares after the canary, e.g. 0.1,0.25,0.5,1.0"),

@@ -11,7 +11,8 @@ allocatable GPU resources equal what the catalogue says the desired layout and M
 Write-ahead: a cordon is recorded as ours before it is written, a label write with the MIG manager's state just
 before it, so a run killed after any single write resumes knowing what it may have done; a ``failed`` read after
 a label write counts only once the state has moved since (the MIG manager noticed the write). No node is
-uncordoned while its allocatable does not match its labels.
+uncordoned while its allocatable does not match its labels. A node Slicewise holds (:mod:`slicewise.rollout.holds`)
+is cordoned already: the rollout takes its cordon over, and the uncordon drops the hold.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime
 from slicewise.catalog import Catalog, CatalogError, gpus_capacity
 from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
+    HOLD_ANNOTATION,
     LAST_CHANGE_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
@@ -95,6 +97,15 @@ def expected_allocatable(node: GpuNode, labels: Mapping[str, str | None], catalo
         return gpus_capacity(model, layouts, replicas)
     except CatalogError as exc:
         raise NodeFailed(f"the wanted configuration is not valid for {model.name}: {exc}") from None
+
+
+def promise_broken(node: GpuNode, catalog: Catalog) -> str:
+    """Why the node must stay cordoned ("" when it may be uncordoned): it does not advertise the GPU resources its
+    labels promise (a MIG manager still at work, or a failed change)."""
+    promised = {k: v for k, v in expected_allocatable(node, node.labels, catalog).items() if v}
+    if _gpu_allocatable(node) != promised:
+        return f"it advertises {_gpu_allocatable(node)}, its labels promise {promised}"
+    return ""
 
 
 def _without_mig_manager(node: GpuNode, catalog: Catalog) -> str:
@@ -217,7 +228,12 @@ class Procedure:
             record = self.ledger.record_snapshot(self.rollout_id, name, snapshot_of(node, now), now)
             self._step(name, SNAPSHOT, status=NodeStatus.IN_PROGRESS)
             self._event(name, f"snapshot {self._snapshot_labels(record.snapshot)}")
-        if node.unschedulable and not record.cordoned_by_us:
+        if node.held and not record.cordoned_by_us:
+            # Slicewise's own cordon of an earlier run, kept while the node's pods finished: this rollout takes it
+            # over (nothing is written; the uncordon at the end also drops the hold).
+            self._step(name, CORDONED, cordoned_by_us=True)
+            self._event(name, "takes over Slicewise's hold (cordoned by an earlier run)")
+        elif node.unschedulable and not record.cordoned_by_us:
             raise NodeFailed("cordoned by someone else: not Slicewise's to change")
         if not node.unschedulable:
             self._cordon(name, CORDONED)
@@ -331,14 +347,11 @@ class Procedure:
     def _uncordon(self, name: str, *, changed: bool) -> None:
         """Uncordon (and stamp a change), only once the node advertises what its labels promise."""
         node = self.backend.get_node(name)
-        promised = {k: v for k, v in expected_allocatable(node, node.labels, self.catalog).items() if v}
-        if _gpu_allocatable(node) != promised:
-            raise NodeFailed(
-                f"left cordoned: it advertises {_gpu_allocatable(node)}, its labels promise {promised}"
-            )
+        if broken := promise_broken(node, self.catalog):
+            raise NodeFailed(f"left cordoned: {broken}")
         if changed:
             self.backend.set_annotations(name, {LAST_CHANGE_ANNOTATION: self.clock.now().isoformat()})
-        if node.unschedulable:
+        if node.unschedulable or HOLD_ANNOTATION in node.annotations:
             self.backend.uncordon(name)
         self._step(name, UNCORDONED, cordoned_by_us=False)
         self._event(name, "uncordoned")

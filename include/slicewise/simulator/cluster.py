@@ -22,12 +22,15 @@ from slicewise.cluster.base import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
+    HOLD_ANNOTATION,
     MANAGED_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     ClusterError,
+    CordonedByOthers,
     GpuNode,
     GpuPod,
+    Hold,
     LabelsChanged,
     NodeNotFound,
     Taint,
@@ -222,11 +225,34 @@ class SimulatedCluster:
 
         return self._transact(op)
 
-    def cordon(self, node: str) -> GpuNode:
-        return self._set_unschedulable(node, True)
+    def cordon(self, node: str, *, hold: Hold | None = None) -> GpuNode:
+        """Cordon; with ``hold``, also :data:`HOLD_ANNOTATION` in the same write, refused on a node someone
+        else cordoned."""
+        value = hold.to_annotation() if hold is not None else None
+
+        def op(state: dict[str, Any], now: float) -> Callable[[], GpuNode]:
+            found = _node(state, node)
+            if value is not None:
+                if found["unschedulable"] and HOLD_ANNOTATION not in found["annotations"]:
+                    raise CordonedByOthers(
+                        f"node {node} is cordoned by someone else: not Slicewise's to hold"
+                    )
+                found["annotations"][HOLD_ANNOTATION] = value
+            _set_unschedulable(found, True, now)
+            return lambda: _node_view(node, found)
+
+        return self._transact(op)
 
     def uncordon(self, node: str) -> GpuNode:
-        return self._set_unschedulable(node, False)
+        """Uncordon, and drop Slicewise's hold annotation in the same write."""
+
+        def op(state: dict[str, Any], now: float) -> Callable[[], GpuNode]:
+            found = _node(state, node)
+            found["annotations"].pop(HOLD_ANNOTATION, None)
+            _set_unschedulable(found, False, now)
+            return lambda: _node_view(node, found)
+
+        return self._transact(op)
 
     def evict(self, namespace: str, pod: str) -> None:
         """Evict a running pod: it is no longer listed. EvictionBlocked when its workload's PDB says no; a pod
@@ -286,16 +312,6 @@ class SimulatedCluster:
         return self._transact(lambda state, now: lambda: applied_layouts(state))
 
     # -- internals ------------------------------------------------------------------------------------------------
-    def _set_unschedulable(self, node: str, value: bool) -> GpuNode:
-        def op(state: dict[str, Any], now: float) -> Callable[[], GpuNode]:
-            found = _node(state, node)
-            if found["unschedulable"] != value:
-                found["unschedulable"] = value
-                found["cordoned_at"] = now if value else None
-            return lambda: _node_view(node, found)
-
-        return self._transact(op)
-
     def _transact(self, op: Callable[[dict[str, Any], float], Callable[[], T]]) -> T:
         """Load (or initialise) the state, advance the emulation, run ``op``, advance again, write.
 
@@ -390,6 +406,12 @@ def _node_view(name: str, node: NodeState) -> GpuNode:
         resource_version=node["resource_version"],
         taints=tuple(Taint(key, effect, value) for key, effect, value in node.get("taints", [])),
     )
+
+
+def _set_unschedulable(node: NodeState, value: bool, now: float) -> None:
+    if node["unschedulable"] != value:
+        node["unschedulable"] = value
+        node["cordoned_at"] = now if value else None
 
 
 def _merge(target: dict[str, str], changes: Mapping[str, str | None]) -> None:

@@ -99,8 +99,17 @@ def fleet_table(
 
 
 def _scheduling(node: GpuNode) -> str:
-    """Cordoned, a standby node (the planner's ``PreferNoSchedule`` taints: pods go there only when no node in
-    use fits, to one of a higher grade, a larger node, only when none of a lower grade fits either), or open."""
+    """Held by Slicewise (cordoned until its pods finish, for a change), cordoned, a standby node (the planner's
+    ``PreferNoSchedule`` taints: pods go there only when no node in use fits, to one of a higher grade, a larger
+    node, only when none of a lower grade fits either), or open."""
+    if node.held:
+        hold = node.hold()
+        if hold is None:
+            return "held by Slicewise (its annotation unreadable)"
+        return (
+            f"held by Slicewise since {hold.since:%Y-%m-%d %H:%M} UTC, until its pods finish, for "
+            f"mig.config={hold.mig_config}, device-plugin.config={hold.device_plugin_config}"
+        )
     if node.unschedulable:
         return "cordoned"
     grade = sum(node.has_taint(taint) for taint in STANDBY_TAINTS)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slicewise.catalog import load_catalog
-from slicewise.cluster.base import ClusterBackend, GpuNode, GpuPod, Taint
+from slicewise.cluster.base import HOLD_ANNOTATION, ClusterBackend, GpuNode, GpuPod, Hold, Taint
+from slicewise.planning.types import DRAIN, DesiredState
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.procedure import expected_allocatable
@@ -28,6 +30,8 @@ PICKUP_S = 15.0
 NODES = ["sim-a100-80-0", "sim-h100-1"]  # a MIG layout change and an MPS change
 #: The plan's standby lists, one per grade: four more writes, at the start.
 STANDBY = (("sim-a100-40-0", "sim-h200-0"), ("sim-h200-0",), ("sim-h200-0",))
+#: A node the plan holds (cordon-to-drain) in the scenario with holds, and the configuration it waits for.
+HELD, HELD_FOR = "sim-a100-80-1", ("all-3g.40gb", "default")
 
 
 class Killed(BaseException):
@@ -76,9 +80,9 @@ class Dying:
         self._wrote("taint", f"{node} {taint.key}")
         return written
 
-    def cordon(self, node: str) -> GpuNode:
-        written = self.backend.cordon(node)
-        self._wrote("cordon", node)
+    def cordon(self, node: str, *, hold: Hold | None = None) -> GpuNode:
+        written = self.backend.cordon(node, hold=hold)
+        self._wrote("hold" if hold else "cordon", node)
         return written
 
     def uncordon(self, node: str) -> GpuNode:
@@ -108,11 +112,18 @@ def slow(harness: Harness, tmp_path: Path) -> Callable[[str], SimulatedCluster]:
     return make
 
 
-def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[Dying]]:
+def _run(
+    harness: Harness, backend: Any, faulty: str | None, holding: bool = False
+) -> tuple[int, list[Dying]]:
     """The rollout DAG's tasks in order; a killed task is run again in a fresh process (a fresh backend
-    wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used."""
+    wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used.
+    ``holding``: the plan also holds :data:`HELD` (cordon-to-drain)."""
     used = [backend]
     plan = dataclasses.replace(fleet_plan(NODES), standby_grades=STANDBY)
+    if holding:
+        (template, *_) = plan.nodes
+        waits = dataclasses.replace(template, node=HELD, action=DRAIN, desired=DesiredState(*HELD_FOR))
+        plan = dataclasses.replace(plan, nodes=(*plan.nodes, waits))
     ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2)
     try:
         rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
@@ -149,9 +160,12 @@ def _run(harness: Harness, backend: Any, faulty: str | None) -> tuple[int, list[
     return rollout_id, used
 
 
-def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, used: list[Dying]) -> None:
-    """Each node fully changed or fully put back, uncordoned, advertising what its labels promise; the
-    rollout settled; every pod that left was evicted, and only drainable ones."""
+def _assert_whole(
+    harness: Harness, cluster: SimulatedCluster, rollout_id: int, used: list[Dying], holding: bool = False
+) -> None:
+    """Each node fully changed or fully put back, uncordoned, advertising what its labels promise, without a
+    hold; the rollout settled; every pod that left was evicted, and only drainable ones; with ``holding``,
+    :data:`HELD` held for its change by exactly one write."""
     catalog = load_catalog()
     rollout = harness.ledger.rollout(rollout_id)
     assert rollout.status in (ledger_mod.RolloutStatus.PROMOTED, ledger_mod.RolloutStatus.ROLLED_BACK), (
@@ -175,7 +189,7 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
                 record,
             )
             assert labels == (mig, plugin), (name, record)
-        assert not node.unschedulable, (name, record)
+        assert not node.unschedulable and HOLD_ANNOTATION not in node.annotations, (name, record)
         wanted = {k: v for k, v in expected_allocatable(node, node.labels, catalog).items() if v}
         have = {k: v for k, v in node.allocatable.items() if k.startswith("nvidia.com/") and v}
         assert have == wanted, (name, record, node.labels.get("nvidia.com/mig.config.state"))
@@ -189,6 +203,13 @@ def _assert_whole(harness: Harness, cluster: SimulatedCluster, rollout_id: int, 
     assert not [
         n.name for n in cluster.list_nodes() if any(t.key == "slicewise.io/standby-largest" for t in n.taints)
     ]
+    hold_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "hold"]
+    if holding:
+        hold = cluster.get_node(HELD).hold()
+        assert hold is not None and (hold.mig_config, hold.device_plugin_config) == HELD_FOR
+        assert hold_writes == [HELD]
+    else:
+        assert not hold_writes and not cluster.get_node(HELD).unschedulable
     taint_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "taint"]
     wanted = [f"{node} {key}" for key, listed in zip(keys, STANDBY, strict=True) for node in listed]
     assert sorted(taint_writes) == sorted(wanted)  # each written once, also across a kill
@@ -202,6 +223,9 @@ def _degraded(query: str, baseline: bool) -> float | None:
 SCENARIOS = {
     # every node changed and promoted; a kill is resumed by the retried task
     "change": (None, healthy, ledger_mod.RolloutStatus.PROMOTED),
+    # the same, on an MPS node an earlier run held (its cordon is taken over and lifted with its hold), while
+    # another node is held for its change (one write: the cordon with its annotation)
+    "change, with holds": (None, healthy, ledger_mod.RolloutStatus.PROMOTED),
     # the MIG manager fails the A100's apply: restoring a failed change, whose "failed" is stale until the
     # MIG manager notices the restore (issue 15, case 3)
     "change fails": ("sim-a100-80-0", healthy, ledger_mod.RolloutStatus.ROLLED_BACK),
@@ -216,27 +240,36 @@ def test_a_rollout_killed_after_any_single_write_ends_whole(
     harness: Harness, slow: Callable[[str], SimulatedCluster], scenario: str
 ) -> None:
     faulty, answer, expected = SCENARIOS[scenario]
+    holding = "holds" in scenario
     harness.prometheus.answer = answer
+
+    def prepared(name: str) -> SimulatedCluster:
+        cluster = slow(name)
+        if faulty:
+            cluster.inject_fault(faulty, "fail")
+        if holding:  # held by an earlier run, whose hold the change now takes over
+            mig, plugin, _, _ = CHANGES["sim-h100-1"]
+            cluster.cordon(
+                "sim-h100-1", hold=Hold(mig, plugin, datetime.fromtimestamp(harness.clock.now, UTC))
+            )
+        return cluster
+
     # An undisturbed run counts the writes the rollout makes.
-    cluster = slow("undisturbed")
-    if faulty:
-        cluster.inject_fault(faulty, "fail")
+    cluster = prepared("undisturbed")
     harness.ledger = ledger_mod.Ledger.open(f"sqlite:///{harness.tmp / 'undisturbed.db'}")
     counting = Dying(cluster)
-    rollout_id, used = _run(harness, counting, faulty)
-    _assert_whole(harness, cluster, rollout_id, used)
+    rollout_id, used = _run(harness, counting, faulty, holding)
+    _assert_whole(harness, cluster, rollout_id, used, holding)
     assert harness.ledger.rollout(rollout_id).status == expected
     total = counting.writes
     assert total >= 8  # cordon, evictions, labels, annotation, uncordon on two nodes at least
 
     for die_at in range(1, total + 1):
-        cluster = slow(f"killed-{die_at}")
-        if faulty:
-            cluster.inject_fault(faulty, "fail")
+        cluster = prepared(f"killed-{die_at}")
         harness.ledger.close()
         harness.ledger = ledger_mod.Ledger.open(f"sqlite:///{harness.tmp / f'killed-{die_at}.db'}")
-        rollout_id, used = _run(harness, Dying(cluster, die_at), faulty)
-        _assert_whole(harness, cluster, rollout_id, used)
+        rollout_id, used = _run(harness, Dying(cluster, die_at), faulty, holding)
+        _assert_whole(harness, cluster, rollout_id, used, holding)
 
 
 def test_a_node_verified_before_a_kill_is_not_cordoned_or_drained_again(

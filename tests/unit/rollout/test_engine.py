@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from slicewise.planning.types import BLOCKED, DRAIN
+from slicewise.planning.types import BLOCKED
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.engine import RolloutBusy, Rollouts
@@ -171,14 +171,12 @@ def test_nothing_to_change_starts_nothing(harness: Harness) -> None:
     assert engine.report(ctx, None)["outcome"] == "nothing to change"
 
 
-@pytest.mark.parametrize("verdict", [BLOCKED, DRAIN])
-def test_a_blocked_or_cordon_to_drain_verdict_is_a_recommendation_the_rollout_leaves_alone(
-    harness: Harness, verdict: str
-) -> None:
-    """``planner_cordon_to_drain`` renames the verdict only: nothing cordons the node or changes it."""
+def test_a_blocked_verdict_is_a_recommendation_the_rollout_leaves_alone(harness: Harness) -> None:
+    """Without ``planner_cordon_to_drain`` a blocked node is advice: nothing cordons the node or changes it (with
+    it, the verdict is cordon-to-drain and the node is held: test_holds)."""
     ctx = harness.rollouts()
     plan = fleet_plan(["sim-a100-80-0"])
-    recommended = dataclasses.replace(plan, nodes=(dataclasses.replace(plan.nodes[0], action=verdict),))
+    recommended = dataclasses.replace(plan, nodes=(dataclasses.replace(plan.nodes[0], action=BLOCKED),))
     before = harness.labels("sim-a100-80-0")
     started = engine.start(ctx, recommended, "plan.json")
     assert (started["rollout_id"], started["action"]) == (None, "nothing to change")

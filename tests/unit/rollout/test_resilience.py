@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, ClusterBackend, GpuNode
+from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, ClusterBackend, GpuNode, Hold
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import CHANGE
@@ -48,10 +48,10 @@ class Recording:
             raise Killed
         return written
 
-    def cordon(self, node: str) -> GpuNode:
+    def cordon(self, node: str, *, hold: Hold | None = None) -> GpuNode:
         self.cordoned.add(node)
         self.most_cordoned = max(self.most_cordoned, len(self.cordoned))
-        return self.backend.cordon(node)
+        return self.backend.cordon(node, hold=hold)
 
     def uncordon(self, node: str) -> GpuNode:
         self.cordoned.discard(node)

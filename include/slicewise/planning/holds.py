@@ -1,0 +1,44 @@
+"""Nodes Slicewise holds: cordoned across runs so that the GPU pods it may not evict finish on their own.
+
+With ``planner_cordon_to_drain`` a node whose wanted change is blocked by such pods gets the verdict
+``cordon-to-drain``, and in apply mode the rollout cordons it with ``slicewise.io/held-for`` naming the change
+(:mod:`slicewise.rollout.holds`). No new pod lands there; once the blocking pods have finished, the node's verdict is
+``change``, and the rollout drains the evictable rest, relabels and uncordons it as any change. The planner plans
+a held node as any other (its own cordon does not make it unplannable), but leaves it out of the fleet-wide rules
+(consolidation, the shared reserve, standby, moves, the autoscaler marks): no pod can be sent to a cordoned node.
+Every run decides again:
+
+* ``change``: the rollout takes the cordon over; beyond the change budget the node stays held (``cordon-to-drain``).
+* ``cordon-to-drain``: still waiting; the hold names the newest wanted state and keeps its start.
+* ``keep`` or ``blocked`` (the change no longer wanted, its gain too small, the forecaster not trusted,
+  ``planner_cordon_to_drain`` switched off): ``uncordon``, which lifts the hold.
+* ``skip`` (the node cannot be planned, e.g. a MIG reconfiguration failed): the hold stays, for a person to look.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slicewise.cluster.base import GpuNode
+from slicewise.planning.types import BLOCKED, DRAIN, KEEP, UNCORDON, NodePlan
+
+
+def settle(plan: NodePlan, node: GpuNode) -> NodePlan:
+    """The verdict for a node as its hold changes it (``plan`` unchanged when the node is not held)."""
+    if not node.held:
+        return plan
+    hold = node.hold()
+    since = f"since {hold.since:%Y-%m-%d %H:%M} UTC" if hold else "(its annotation unreadable)"
+    held = f"held by Slicewise {since}"
+    if plan.action in (KEEP, BLOCKED):
+        return dataclasses.replace(
+            plan,
+            action=UNCORDON,
+            reasons=(*plan.reasons, f"{held}: lift the hold, the change is not wanted now"),
+        )
+    return dataclasses.replace(plan, reasons=(*plan.reasons, held))
+
+
+def over_budget(plan: NodePlan, node: GpuNode) -> NodePlan:
+    """A held node's change the hourly budget defers: it stays held (it is empty of what blocked it, waiting)."""
+    return dataclasses.replace(plan, action=DRAIN) if node.held else plan
