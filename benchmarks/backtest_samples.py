@@ -228,7 +228,8 @@ def run_one(
     plan_offset_s: int = 0,
 ) -> Figures:
     """``autoscaler``: the replay's autoscaler settings (``BacktestConfig`` fields ``scale_down_*``,
-    ``shared_node_group`` and ``keep_released``); ``plan_offset_s``: when in each hour the planner runs."""
+    ``shared_node_group``, ``keep_released``, and ``evictable``); ``plan_offset_s``: when in each hour the planner
+    runs."""
     nodes, trace = load_sample(variant, offset)
     config = fleets(BacktestConfig.priced()).get(fleet, BacktestConfig.priced())
     config = dataclasses.replace(
@@ -627,6 +628,12 @@ def main() -> int:
         "--keep-released; not with --scale-down-unneeded-s)",
     )
     parser.add_argument(
+        "--evictable",
+        choices=("all", "best-effort"),
+        default="all",
+        help="which pods opt in to Slicewise's evictions (the backtest's --evictable): all, or best-effort (qos BE)",
+    )
+    parser.add_argument(
         "--scale-down-utilization-threshold",
         type=float,
         default=0.5,
@@ -659,6 +666,7 @@ def main() -> int:
     if args.keep_released and args.scale_down_unneeded_s is not None:
         parser.error("--keep-released is a fleet without an autoscaler: not with --scale-down-unneeded-s")
     autoscaler = {
+        "evictable": args.evictable,
         "keep_released": args.keep_released,
         "scale_down_unneeded_s": args.scale_down_unneeded_s,
         "scale_down_utilization_threshold": args.scale_down_utilization_threshold,
@@ -728,6 +736,8 @@ def main() -> int:
             changed += "; no node group shared by MPS"
         if args.keep_released:
             changed += "; no autoscaler: nodes a consolidation empties stay in service"
+        if args.evictable != "all":
+            changed += "; only best-effort pods (qos BE) may be evicted by Slicewise"
         print(
             f"\n## {variant}: node share {SAMPLES[variant]}, offsets {sorted(samples)}; planner {changed}\n"
         )

@@ -34,7 +34,7 @@ class PlannerConfig:
     min_gain_gpu_hours: float = 0.25  # hysteresis: smaller expected gains change nothing
     change_penalty_gpu_hours: float = 0.5  # packing: a change must win at least this much over keeping
     dwell_hours: float = 1.0  # a node changed less than this long ago is left alone
-    max_change_share: float = 0.25  # at most this share of managed nodes changes per run
+    max_change_share: float = 0.25  # at most this share of managed nodes changes or is held per run
     # a blocked change reads cordon-to-drain instead; apply mode holds the node until its pods end (planning.holds)
     cordon_to_drain: bool = False
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted

@@ -126,6 +126,7 @@ def plan(ctx: NodeContext, catalog: Catalog, config: PlannerConfig, pool: Pool) 
         served_by_label(served),
         served,
         best.split,
+        sum(now.pending.values()),
     )
 
 

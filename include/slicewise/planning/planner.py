@@ -21,8 +21,8 @@ from slicewise.planning import packing, thresholds
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.consolidation import Planned, consolidate
-from slicewise.planning.demand import Pool, Request, request_for
-from slicewise.planning.holds import over_budget, settle
+from slicewise.planning.demand import EPS, Pool, Request, request_for
+from slicewise.planning.holds import settle
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.rehome import note as rehome_note
@@ -310,37 +310,38 @@ def _guard(
         )
     stuck = [describe_pod(pod) + ": " + "; ".join(pod.blockers) for pod in ctx.obs.pods if not pod.may_drain]
     if stuck:
-        action = DRAIN if config.cordon_to_drain else BLOCKED
-        hint = (
-            "cordon so it drains naturally"
-            if config.cordon_to_drain
-            else "set planner_cordon_to_drain to drain"
-        )
-        return verdict(action, f"non-evictable GPU pods ({hint}): " + " | ".join(stuck))
+        # A hold closes the node's free slots: not while pending requests fit them as they are (planning.holds).
+        hold = config.cordon_to_drain and proposal.hosts_as_is < EPS
+        if hold:
+            hint = "cordon so it drains naturally"
+        elif config.cordon_to_drain:
+            hint = (
+                f"no hold: as it is the node hosts {proposal.hosts_as_is:.2f} pending requests now, which a "
+                "cordon would leave waiting"
+            )
+        else:
+            hint = "set planner_cordon_to_drain to drain"
+        return verdict(DRAIN if hold else BLOCKED, f"non-evictable GPU pods ({hint}): " + " | ".join(stuck))
     return base
 
 
 def _apply_budget(
     plans: list[NodePlan], config: PlannerConfig, nodes: Mapping[str, GpuNode]
 ) -> list[NodePlan]:
-    """Keep the highest-gain changes within ``max_change_share`` of the managed nodes (at least one); a node
-    Slicewise holds stays held (planning.holds)."""
+    """Keep the highest-gain changes and holds within ``max_change_share`` of the managed nodes (at least one): a
+    node held (planning.holds) takes no new pod, as a changing node does not, so holds count too, the nodes already
+    held first (what they waited for is not thrown away for a newcomer). Over the budget a change is kept, a new
+    hold blocked, and a held node released."""
     managed = len(nodes)
     budget = max(1, math.floor(config.max_change_share * managed)) if config.max_change_share > 0 else 0
-    changes = sorted((p for p in plans if p.action == CHANGE), key=lambda p: (-p.gain_gpu_hours, p.node))
-    over = {p.node for p in changes[budget:]}
+    candidates = sorted(
+        (p for p in plans if p.action in (CHANGE, DRAIN)),
+        key=lambda p: (not nodes[p.node].held, -p.gain_gpu_hours, p.node),
+    )
+    over = {p.node for p in candidates[budget:]}
+    why = f"change budget: {budget} of {managed} nodes per run (changes and holds), used by higher gains"
     return [
-        over_budget(
-            _replace(
-                p,
-                action=KEEP,
-                reasons=(
-                    *p.reasons,
-                    f"change budget: {budget} of {managed} nodes per run, used by higher gains",
-                ),
-            ),
-            nodes[p.node],
-        )
+        _replace(p, action=KEEP if p.action == CHANGE else BLOCKED, reasons=(*p.reasons, why))
         if p.node in over
         else p
         for p in plans

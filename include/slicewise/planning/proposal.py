@@ -19,3 +19,5 @@ class Proposal:
     pending_served: Mapping[str, float] = field(default_factory=dict)  # as plans name the requests
     hosted: Mapping[Request, float] = field(default_factory=dict)  # the pool's requests it would host
     split: tuple[int, int] | None = None  # (k, n): ``layout`` on the first k of n GPUs, the rest whole
+    # pending requests the node hosts as it is now (packing): a hold (planning.holds) would leave them waiting
+    hosts_as_is: float = 0.0

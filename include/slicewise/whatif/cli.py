@@ -192,6 +192,19 @@ def register(subparsers: Any) -> None:
         help="run time an evicted pod loses (restart, image, warm-up; default 300)",
     )
     parser.add_argument(
+        "--evictable",
+        choices=("all", "best-effort"),  # engine.EVICTABLE; literal: the parser imports nothing heavy
+        default="all",
+        help="which pods opt in to Slicewise's evictions: all (default) or best-effort (the trace's qos BE; the "
+        "others block changes of their node); the autoscaler's drains are not affected",
+    )
+    parser.add_argument(
+        "--cordon-to-drain",
+        action="store_true",
+        help="the planner's planner_cordon_to_drain: a change blocked by pods that may not be evicted holds the "
+        "node (cordoned, pods run on) until they end; matters only with --evictable best-effort",
+    )
+    parser.add_argument(
         "--scale-up-s",
         type=float,
         default=300.0,
@@ -404,6 +417,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         prefer_shared=args.prefer_shared,
         reconfigure_s=args.reconfigure_s,
         eviction_cost_s=args.eviction_cost_s,
+        evictable=args.evictable,
         drain_cap_s=args.drain_cap_days * 86_400,
         scale_up_s=args.scale_up_s,
         keep_released=args.keep_released,
@@ -419,6 +433,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             # With several modes, each packing-planner policy carries its own; the rest keep production's.
             consolidation=consolidation,
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
+            cordon_to_drain=args.cordon_to_drain,
             release_below=args.release_below,
             release_min_pod_age_hours=args.release_min_pod_age_h,
             shared_reserve=args.shared_reserve,

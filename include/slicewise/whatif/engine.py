@@ -47,7 +47,7 @@ import numpy as np
 
 from slicewise.catalog import Catalog, GpuModel
 from slicewise.catalog.resources import GPU_RESOURCE
-from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, GpuNode, GpuPod
+from slicewise.cluster.base import HOLD_ANNOTATION, LAST_CHANGE_ANNOTATION, GpuNode, GpuPod, Hold
 from slicewise.forecasting.baselines import mean_last_hour, p90_last_hour
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning.config import PlannerConfig
@@ -55,7 +55,7 @@ from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.reserve import RESERVE_REPLICAS
-from slicewise.planning.types import DesiredState, NodeObservation, PodMove
+from slicewise.planning.types import DRAIN, UNCORDON, DesiredState, NodeObservation, NodePlan, PodMove
 from slicewise.whatif.fleet import EPS, FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import (
@@ -77,6 +77,9 @@ EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; on
 #: ``--gpu-model`` every node is one catalogue model, but the scheduler model still keeps a pinned pod to the
 #: nodes its ``gpu_spec`` names, so the planner sees the pin as a node selector on this label.
 TRACE_MODEL_LABEL = "slicewise.io/trace-gpu-model"
+EVICTABLE = ("all", "best-effort")
+#: Why a trace pod that does not opt in may not be evicted (``BacktestConfig.evictable``).
+NOT_OPTED_IN = ("no slicewise.io/evictable=true annotation (the replay: not a best-effort pod)",)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,10 @@ class BacktestConfig:
     )
     eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
     drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
+    # Which pods opt in to Slicewise's evictions (slicewise.io/evictable): "all", or "best-effort" (the trace's qos
+    # BE only; LS, Burstable and Guaranteed pods block a change of their node, or, with the planner's
+    # cordon_to_drain, get it held until they end). The autoscaler's own drains are not affected.
+    evictable: str = "all"
     scale_up_s: float = 300.0  # the autoscaler takes this long to add back a node released by a consolidation
     # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
     # removed (soft-tainted meanwhile) and added back as a released one; None: only consolidations release nodes
@@ -132,6 +139,8 @@ class BacktestConfig:
         )
 
     def __post_init__(self) -> None:
+        if self.evictable not in EVICTABLE:
+            raise ValueError(f"evictable must be one of {', '.join(EVICTABLE)}, got {self.evictable!r}")
         if not 0 <= self.plan_offset_s < HOUR_S or self.plan_offset_s % self.step_s:
             raise ValueError(
                 f"plan_offset_s must be a multiple of step_s ({self.step_s} s) under an hour, got "
@@ -217,6 +226,8 @@ class Replay:
             {TRACE_MODEL_LABEL: p.models} if p.models else {} for p in pods
         ]
         self.pod_ids = {p.name: i for i, p in enumerate(pods)}  # how plans name a pod (planning.rehome)
+        self._evictable = [config.evictable == "all" or p.qos == "BE" for p in pods]
+        self.holds: dict[int, Hold] = {}  # nodes held so that their pods finish (planning.holds)
         self.queued_demand: Counter[Request] = Counter()  # the waiting requests, per kind
         self.waiting_samples: deque[Counter[Request]] = deque(maxlen=int(HOUR_S // config.step_s))
 
@@ -305,6 +316,7 @@ class Replay:
 
     def _remove(self, node: SimNode) -> None:
         """The autoscaler removes the node; what it adds back later is a new node in its group's configuration."""
+        self.holds.pop(self.index[node.name], None)  # fleet.release lifts it
         self.fleet.release(node)
         self.fleet.renew(node, *self.group_configs[self.index[node.name]])
 
@@ -562,8 +574,10 @@ class Replay:
         self.fleet.taints[:] = 0
         for listed in plan.standby_grades:
             self.fleet.taints[[self.index[name] for name in listed]] += 1
+        released = self._settle_holds(plan.nodes, now)
         changed = [p for p in plan.nodes if p.changes]
         for node_plan in changed:
+            self.holds.pop(self.index[node_plan.node], None)  # the change lifts the hold (fleet.unavailable)
             self._reconfigure(
                 self.fleet.by_name[node_plan.node],
                 node_plan.desired,
@@ -577,8 +591,29 @@ class Replay:
         moved = self._rehome(plan.moves, now)
         if changed:
             self.last_change_any = now
-        if changed or moved:
+        if changed or moved or released:
             self._try(list(self.queue), now)
+
+    def _settle_holds(self, plans: Sequence[NodePlan], now: float) -> bool:
+        """Hold the plan's ``cordon-to-drain`` nodes, release its ``uncordon`` ones (rollout.holds); whether a
+        node was released (its free slots take pods again)."""
+        released = False
+        for node_plan in plans:
+            index = self.index[node_plan.node]
+            node = self.fleet.nodes[index]
+            if node_plan.action == DRAIN:
+                since = self.holds[index].since if index in self.holds else _moment(now)
+                desired = node_plan.desired
+                self.holds[index] = Hold(desired.mig_config, desired.device_plugin_config, since)
+                if not node.held:
+                    self.fleet.hold(node)
+                    self.meter.held()
+            elif node_plan.action == UNCORDON and index in self.holds:
+                del self.holds[index]
+                self.fleet.unhold(node)
+                released = True
+                self._maybe_unneeded(self.fleet.nodes[index], now)
+        return released
 
     def _rehome(self, moves: Sequence[PodMove], now: float) -> bool:
         """Evict the plan's re-homed pods (planning.rehome); they requeue and the scheduler model places them."""
@@ -639,6 +674,8 @@ class Replay:
                 if node.last_change is not None
                 else {}
             )
+            if index in self.holds:
+                annotations[HOLD_ANNOTATION] = self.holds[index].to_annotation()
             gpu_node = GpuNode(
                 name=node.name,
                 gpu_product=node.model.gpu_product,
@@ -647,7 +684,7 @@ class Replay:
                 mig_config_state="success" if node.available else "pending",
                 device_plugin_config=node.plugin,
                 allocatable={},
-                unschedulable=bool(self.fleet.released[index]) or index in self.adding,  # as if gone
+                unschedulable=bool(self.fleet.released[index]) or index in self.adding or node.held,
                 labels={TRACE_MODEL_LABEL: node.kind},
                 annotations=annotations,
             )
@@ -660,7 +697,8 @@ class Replay:
                     requests=dict(Counter(node.slots[i].resource for i in slots)),
                     owner_kind="Job",
                     owner_name=self.pods[pod_id].name,
-                    evictable=True,
+                    evictable=self._evictable[pod_id],
+                    blockers=() if self._evictable[pod_id] else NOT_OPTED_IN,
                     share=self.pods[pod_id].share,  # a trace request is a size: declared, as by annotation
                     node_selector=self._selectors[pod_id],
                     started_at=_moment(self.started_at[pod_id]),

@@ -115,6 +115,9 @@ class SimNode:
         self.name, self.gpus, self.model, self.catalog, self.kind = name, gpus, model, catalog, kind
         self.price = price
         self.available = True  # False while the MIG manager / device plugin reconfigures it
+        self.held = (
+            False  # cordoned so that its pods finish (planning.holds): they run on, no pod is placed there
+        )
         self.last_change: float | None = None
         self.pods: dict[int, list[int]] = {}  # pod -> its slot indices
         self.gpu_pods = [0] * gpus  # pods per physical GPU
@@ -367,14 +370,35 @@ class ReplayFleet:
         node = self.own(node)
         before, whole = (node.busy_gpus(), bool(node.pods)), node.free_whole()
         slots = node.release(pod, demand)
-        if node.available:
+        if node.available and not node.held:
             self.free.update(node.slots[i].share for i in slots)
             self._whole_changed(whole, node.free_whole())
         self._account(node, before, -demand)
         return node
 
+    def hold(self, node: SimNode) -> None:
+        """Cordon the node so that its pods finish (``planner_cordon_to_drain``, planning.holds): they run on, and
+        no pod is placed there until :meth:`unhold` (or a change, or a removal, which lift the hold too)."""
+        node = self.own(node)
+        if node.held or not node.available:
+            return
+        self.free.subtract(node.free_shares())
+        self.nodes_by_free_whole[node.free_whole()] -= 1
+        node.held = True
+        self.up[self.position[node.name]] = False
+
+    def unhold(self, node: SimNode) -> None:
+        node = self.own(node)
+        if not node.held:
+            return
+        node.held = False
+        self.free.update(node.free_shares())
+        self.nodes_by_free_whole[node.free_whole()] += 1
+        self.up[self.position[node.name]] = True
+
     def unavailable(self, node: SimNode) -> None:
         """The node goes away for reconfiguration (its pods must have been released first)."""
+        self.unhold(node)
         node = self.own(node)
         if node.available:
             self.free.subtract(node.free_shares())
@@ -396,6 +420,7 @@ class ReplayFleet:
 
     def release(self, node: SimNode) -> None:
         """The autoscaler removes an empty, available node: no pod is placed there until :meth:`restore`."""
+        self.unhold(node)
         node = self.own(node)
         position = self.position[node.name]
         if node.pods or not node.available or self.released[position]:

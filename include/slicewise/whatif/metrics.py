@@ -17,7 +17,8 @@ Headline figures, what operators pay for:
   of their pods without a change (consolidation), and the pods both evicted (``most_evictions_of_a_pod``: the
   most times one pod was; ``evictions_by_rule``: how many each rule evicted, of :data:`EVICTION_RULES`, and
   ``most_evicted_pod_by_rule``: the same for that pod); ``nodes_added``: nodes a
-  consolidation released that the autoscaler added back for pods with nowhere else to go.
+  consolidation released that the autoscaler added back for pods with nowhere else to go; ``holds``: nodes
+  cordoned so that pods Slicewise may not evict finish (``planner_cordon_to_drain``, ``--evictable``).
 
 Kept beside them:
 
@@ -156,6 +157,7 @@ class PolicyResult:
     allocated_at_end: float  # GPU-equivalents the running pods requested when it ended (saturation mode)
     nodes_added: int = 0  # released nodes the autoscaler added back (engine)
     nodes_removed: int = 0  # nodes the autoscaler removed once unneeded (engine, scale_down_unneeded_s)
+    holds: int = 0  # nodes cordoned so that their pods finish (planner_cordon_to_drain; planning.holds)
     # the most times one pod was evicted: many evictions of a few pods (one moved back and forth every hour) read
     # differently from one each of many
     most_evictions_of_a_pod: int = 0
@@ -189,7 +191,7 @@ class Meter:
         self.service = self.taken = 0.0
         self.frag = self.waiting_time = 0.0
         self.frag_samples = 0
-        self.reconfigs = self.plans = self.consolidations = self.added = self.removed = 0
+        self.reconfigs = self.plans = self.consolidations = self.added = self.removed = self.holds = 0
         self.evictions_of: Counter[tuple[int, str]] = Counter()  # (pod, rule) -> times
         self.hour = self._empty_hour()
         self.hour_start = start_s
@@ -266,6 +268,10 @@ class Meter:
         """A node drained of its pods without a change of configuration (planning.consolidation)."""
         self.consolidations += 1
 
+    def held(self) -> None:
+        """A node cordoned so that its pods finish (planning.holds)."""
+        self.holds += 1
+
     def evicted(self, pod_id: int, rule: str) -> None:
         """``rule``: one of :data:`EVICTION_RULES`."""
         if rule not in EVICTION_RULES:
@@ -336,6 +342,7 @@ class Meter:
             allocated_at_end=float(fleet.work),
             nodes_added=self.added,
             nodes_removed=self.removed,
+            holds=self.holds,
             most_evictions_of_a_pod=max(self.evictions_by_pod.values(), default=0),
             evictions_by_rule=self.evictions_by_rule(),
             most_evicted_pod_by_rule=self.most_evicted_pod_by_rule(),

@@ -50,6 +50,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "reconfigure_s": config.reconfigure_s,
             "drain_s": config.drain_s,
             "eviction_cost_s": config.eviction_cost_s,
+            "evictable": config.evictable,
             "drain_cap_s": config.drain_cap_s,
             "scale_up_s": config.scale_up_s,
             "scale_down_unneeded_s": config.scale_down_unneeded_s,
@@ -73,6 +74,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "mps_release_below": config.planner.mps_release_below,
                 "rehome": config.planner.rehome,
                 "whole_gpu_demand": config.planner.whole_gpu_demand,
+                "cordon_to_drain": config.planner.cordon_to_drain,
             },
         },
         "seconds": round(backtest.seconds, 1),
@@ -185,15 +187,15 @@ def paid_table(backtest: Backtest) -> str:
     return format_table([PAID_HEADERS, *paid_rows(backtest)])
 
 
-EVICTION_HEADERS = ["policy", "evicted", *EVICTION_RULES, "most of one pod (by rule)"]
+EVICTION_HEADERS = ["policy", "evicted", *EVICTION_RULES, "most of one pod (by rule)", "nodes held"]
 
 
 def eviction_rows(backtest: Backtest) -> list[list[str]]:
-    """Each policy's evictions by the rule that made them, and the most-evicted pod's, for the policies that
-    evicted any."""
+    """Each policy's evictions by the rule that made them, the most-evicted pod's, and the nodes it held instead
+    (cordoned so that pods it may not evict finish), for the policies that evicted or held any."""
     out = []
     for name, r in backtest.results.items():
-        if not r.pods_evicted:
+        if not r.pods_evicted and not r.holds:
             continue
         worst = ", ".join(f"{rule} {times:,}" for rule, times in r.most_evicted_pod_by_rule.items())
         out.append(
@@ -201,14 +203,15 @@ def eviction_rows(backtest: Backtest) -> list[list[str]]:
                 name,
                 f"{r.pods_evicted:,}",
                 *(f"{r.evictions_by_rule.get(rule, 0):,}" for rule in EVICTION_RULES),
-                f"{r.most_evictions_of_a_pod:,} ({worst})",
+                f"{r.most_evictions_of_a_pod:,} ({worst or '-'})",
+                f"{r.holds:,}",
             ]
         )
     return out
 
 
 def eviction_table(backtest: Backtest) -> str:
-    """The evictions table, or "" when no policy evicted a pod."""
+    """The evictions table, or "" when no policy evicted a pod or held a node."""
     found = eviction_rows(backtest)
     return format_table([EVICTION_HEADERS, *found]) if found else ""
 

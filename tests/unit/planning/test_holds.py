@@ -10,7 +10,7 @@ from slicewise.catalog import Catalog
 from slicewise.cluster.base import HOLD_ANNOTATION, GpuNode, Hold
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import CHANGE, DRAIN, KEEP, SKIP, UNCORDON
+from slicewise.planning.types import BLOCKED, CHANGE, DRAIN, KEEP, SKIP, UNCORDON
 
 from .conftest import NOW, forecasts, mig_load, node, observe, pod
 
@@ -83,7 +83,29 @@ def test_a_held_node_that_cannot_be_planned_keeps_its_hold_for_a_person(catalog:
     assert verdict.reasons[-1].startswith("held by Slicewise since")
 
 
-def test_a_held_change_beyond_the_budget_stays_held(catalog: Catalog) -> None:
+def test_no_node_is_held_while_pending_requests_fit_it_as_it_is(catalog: Catalog) -> None:
+    # Pending 1g requests fit the node's free 1g instances now: a cordon would leave them waiting (in the backtest a
+    # hold so idled an 8-GPU node for 18 days), so the change stays blocked, and a held node is released.
+    job = pod("train-1", "n1", MIG_1G, evictable=False, kind="Job")
+    for gpu_node, expected in (
+        (node("n1", mig_config="all-1g.10gb"), BLOCKED),
+        (_held(mig_config="all-1g.10gb"), UNCORDON),
+    ):
+        plan = plan_fleet(
+            [observe(gpu_node, job)],
+            forecasts(mig_load(gpu_node, 0.5, catalog), {MIG_3G: 4, MIG_1G: 2}),
+            catalog,
+            DRAINING,
+            NOW,
+        )
+        (verdict,) = plan.nodes
+        assert verdict.action == expected
+        assert any(
+            "no hold: as it is the node hosts 2.00 pending requests now" in why for why in verdict.reasons
+        )
+
+
+def test_a_held_node_comes_first_in_the_change_budget(catalog: Catalog) -> None:
     observations, series = [], []
     for name, load, held in (("n0", 0.05, False), ("n1", 0.3, True)):
         gpu_node = _held(name) if held else node(name)
@@ -91,10 +113,34 @@ def test_a_held_change_beyond_the_budget_stays_held(catalog: Catalog) -> None:
         series += mig_load(gpu_node, load, catalog)
     config = PlannerConfig(policy="thresholds", max_change_share=0.5, cordon_to_drain=True)  # 1 of 2
     plan = plan_fleet(observations, forecasts(series), catalog, config, NOW)
-    actions = {p.node: p.action for p in plan.nodes}
-    assert actions == {"n0": CHANGE, "n1": DRAIN}
+    assert {p.node: p.action for p in plan.nodes} == {"n0": KEEP, "n1": CHANGE}
+    # Not held, n1 gains less than n0 and waits for a later run.
     unheld = plan_fleet([observe(node("n1")), observations[0]], forecasts(series), catalog, config, NOW)
     assert {p.node: p.action for p in unheld.nodes} == {"n0": CHANGE, "n1": KEEP}
+
+
+def test_holds_count_against_the_change_budget(catalog: Catalog) -> None:
+    # Four nodes whose change a running Job blocks: a budget of one node holds one of them, the others stay
+    # blocked; held nodes over a lowered budget are released.
+    small = [node(f"n{i}", mig_config="all-1g.10gb") for i in range(4)]
+    jobs = [pod(f"train-{i}", f"n{i}", MIG_1G, evictable=False, kind="Job") for i in range(4)]
+    inputs = (
+        [observe(n, job) for n, job in zip(small, jobs, strict=True)],
+        forecasts([s for n in small for s in mig_load(n, 0.5, catalog)], {MIG_3G: 16}),
+    )
+    config = PlannerConfig(cordon_to_drain=True, max_change_share=0.25)
+    actions = [p.action for p in plan_fleet(*inputs, catalog, config, NOW).nodes]
+    assert sorted(actions) == [BLOCKED, BLOCKED, BLOCKED, DRAIN]
+    assert all(
+        "change budget" in p.reasons[-1]
+        for p in plan_fleet(*inputs, catalog, config, NOW).nodes
+        if p.action == BLOCKED
+    )
+    two_held = [_held(f"n{i}", mig_config="all-1g.10gb") if i < 2 else small[i] for i in range(4)]
+    held_inputs = ([observe(n, job) for n, job in zip(two_held, jobs, strict=True)], inputs[1])
+    verdicts = {p.node: p.action for p in plan_fleet(*held_inputs, catalog, config, NOW).nodes}
+    assert sorted(verdicts.values()) == [BLOCKED, BLOCKED, DRAIN, UNCORDON]
+    assert {verdicts["n0"], verdicts["n1"]} == {DRAIN, UNCORDON}  # one held on, one released
 
 
 def test_a_held_empty_node_is_not_listed_as_standby(catalog: Catalog) -> None:

@@ -292,8 +292,8 @@ def test_each_consolidation_mode_is_replayed_as_its_own_policy_and_the_choice_na
     from slicewise.whatif.report import eviction_rows, eviction_table, render_html
 
     assert eviction_rows(backtest) == [
-        ["reactive/whole-gpus", "1", "0", "1", "0", "0", "1 (consolidation 1)"],
-        ["reactive/nodes", "1", "0", "1", "0", "0", "1 (consolidation 1)"],
+        ["reactive/whole-gpus", "1", "0", "1", "0", "0", "1 (consolidation 1)", "0"],
+        ["reactive/nodes", "1", "0", "1", "0", "0", "1 (consolidation 1)", "0"],
     ]
     assert "<h2>Evictions by rule</h2>" in render_html(backtest)
     calm = dataclasses.replace(backtest, results={"static": results["static"]})
@@ -454,3 +454,55 @@ def test_released_nodes_take_no_pods_and_the_smallest_fitting_one_is_added_back(
     assert fleet.releasable_gpus == 14 and fleet.free[1.0] == 6
     with pytest.raises(RuntimeError, match="not released"):
         fleet.restore(nodes[1])
+
+
+def test_pods_that_may_not_be_evicted_block_the_change_or_hold_the_node_until_they_end() -> None:
+    # One A100 of whole GPUs; a (0.2 GPU) runs 0-7200 s, b, c, d (0.2 GPU, 3000 s each) arrive at 10 s. Every pod
+    # latency-sensitive (qos LS), only best-effort pods evictable: the split into MPS tenants that reactive wants
+    # at 3600 s would evict a, so it is blocked, and the pods take the whole GPU in turn: b 7200, c 10,200,
+    # d 13,200 (at 10,800 s c runs there and blocks the change again).
+    pods = [pod("a", 0, 7200, 0.2), *(pod(name, 10, 3000, 0.2) for name in "bcd")]
+    one = [TraceNode("n1", 1, "A100")]
+    start = [("all-disabled", "default")]
+    base = BacktestConfig(
+        gpu_model="A100-80GB", reconfigure_s=100.0, eviction_cost_s=0.0, evictable="best-effort"
+    )
+    blocked = replay("reactive", pods, one, end=30_000, config=base, start_as=start)
+    assert (blocked.pods_evicted, blocked.reconfigs_per_node_hour, blocked.holds) == (0, 0.0, 0)
+    assert blocked.wait_mean_s == pytest.approx((0 + 7190 + 10_190 + 13_190) / 4)
+    # Holding the node instead (cordon_to_drain): held at 3600 and 7200 s while a runs, no pod lands when a ends;
+    # the plan at 10,800 s finds it empty and splits it, and back at 10,900 s b, c and d start together.
+    holding = dataclasses.replace(base, planner=dataclasses.replace(base.planner, cordon_to_drain=True))
+    held = replay("reactive", pods, one, end=30_000, config=holding, start_as=start)
+    assert (held.pods_evicted, held.holds) == (0, 1)
+    assert held.reconfigs_per_node_hour > 0
+    assert held.wait_mean_s == pytest.approx((0 + 3 * 10_890) / 4)
+    # a best-effort: the split evicts it at 3600 s, and all four start on tenants at 3700 s.
+    best_effort = [dataclasses.replace(pods[0], qos="BE"), *pods[1:]]
+    moved = replay("reactive", best_effort, one, end=30_000, config=base, start_as=start)
+    assert moved.pods_evicted == 1 and moved.wait_mean_s == pytest.approx((100 + 3 * 3690) / 4)
+
+
+def test_a_held_node_whose_change_no_longer_pays_is_released_and_takes_pods_again() -> None:
+    # As above with only b and c: held at 3600 and 7200 s while a runs; at 10,800 s the empty node's split would
+    # host 0.4 GPU where the whole GPU hosts 0.2, a gain under the 0.25 GPU-h/h hysteresis, so the hold is lifted
+    # (uncordon): b starts at once, c when b ends (13,800 s).
+    pods = [pod("a", 0, 7200, 0.2), pod("b", 10, 3000, 0.2), pod("c", 10, 3000, 0.2)]
+    planner = PlannerConfig(fallback="baseline", cordon_to_drain=True)
+    config = BacktestConfig(
+        gpu_model="A100-80GB",
+        reconfigure_s=100.0,
+        eviction_cost_s=0.0,
+        evictable="best-effort",
+        planner=planner,
+    )
+    result = replay(
+        "reactive", pods, [TraceNode("n1", 1, "A100")], 30_000, config, [("all-disabled", "default")]
+    )
+    assert (result.holds, result.pods_evicted, result.reconfigs_per_node_hour) == (1, 0, 0.0)
+    assert result.wait_mean_s == pytest.approx((0 + 10_790 + 13_790) / 3)
+
+
+def test_an_unknown_evictable_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="evictable must be one of all, best-effort"):
+        BacktestConfig(evictable="latency-sensitive")

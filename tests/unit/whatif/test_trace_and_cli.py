@@ -334,3 +334,18 @@ def test_on_the_real_sharing_trace_a_small_cluster_queues_less_with_the_planner(
     html = tmp_path / "report.html"
     assert main([*args, "--html", str(html)]) == 0
     assert "data:image/png;base64," in html.read_text()
+
+
+def test_evictable_pods_and_holds_reach_the_replay_and_its_json(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--policies", "static,packing"]
+    args += ["--workers", "1", "--json"]
+    assert main(args) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert (every["model"]["evictable"], every["model"]["planner"]["cordon_to_drain"]) == ("all", False)
+    assert main([*args, "--evictable", "best-effort", "--cordon-to-drain"]) == 0
+    some = json.loads(capsys.readouterr().out)
+    assert (some["model"]["evictable"], some["model"]["planner"]["cordon_to_drain"]) == ("best-effort", True)
+    assert some["policies"]["packing"]["holds"] >= 0 and every["policies"]["packing"]["holds"] == 0
+    assert main([*args, "--evictable", "latency-sensitive"]) == 2
