@@ -115,9 +115,8 @@ class SimNode:
         self.name, self.gpus, self.model, self.catalog, self.kind = name, gpus, model, catalog, kind
         self.price = price
         self.available = True  # False while the MIG manager / device plugin reconfigures it
-        self.held = (
-            False  # cordoned so that its pods finish (planning.holds): they run on, no pod is placed there
-        )
+        # Cordoned so that its pods finish (planning.holds): they run on, no pod is placed there.
+        self.held = False
         self.last_change: float | None = None
         self.pods: dict[int, list[int]] = {}  # pod -> its slot indices
         self.gpu_pods = [0] * gpus  # pods per physical GPU
