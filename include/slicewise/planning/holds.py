@@ -8,8 +8,7 @@ node's free slots too, so no node is held while pending requests fit it as it is
 node released): in the backtest such a hold idled an 8-GPU node for 18 days while its pods ended one by one. The
 planner plans a held node as any other (its own cordon does not make it unplannable), but leaves it out of the
 fleet-wide rules (consolidation, the shared reserve, standby, moves, the autoscaler marks): no pod can be sent to a
-cordoned node.
-Every run decides again:
+cordoned node. Every run decides again:
 
 * ``change``: the rollout takes the cordon over.
 * ``cordon-to-drain``: still waiting; the hold names the newest wanted state and keeps its start.

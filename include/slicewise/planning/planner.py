@@ -330,8 +330,8 @@ def _apply_budget(
 ) -> list[NodePlan]:
     """Keep the highest-gain changes and holds within ``max_change_share`` of the managed nodes (at least one): a
     node held (planning.holds) takes no new pod, as a changing node does not, so holds count too, the nodes already
-    held first (what they waited for is not thrown away for a newcomer). Over the budget a change is kept, a new
-    hold blocked, and a held node released."""
+    held first (what they waited for is not thrown away for a newcomer). Over the budget a change becomes ``keep``,
+    a new hold ``blocked``, and a held node is released."""
     managed = len(nodes)
     budget = max(1, math.floor(config.max_change_share * managed)) if config.max_change_share > 0 else 0
     candidates = sorted(
