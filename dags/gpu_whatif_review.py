@@ -9,12 +9,10 @@ this cluster's own load and what each setting trades (docs/backtest.md, "The wha
 
 | task | does |
 |---|---|
-| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs those choices; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
+| `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs those choices and how many pods opted in to evictions; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
 
-Params (each described in the trigger form; docs/backtest.md, "The what-if review", has the table): `days`,
-`until`, `scheduler`, `prefer_shared`, `consolidation`, `compare_standby`, `compare_whole_gpu_demand`,
-`compare_mps_release_below`, and the cluster autoscaler's `scale_down_unneeded_s` (default none: no autoscaler),
-`scale_down_utilization_threshold`, `scale_down_delay_after_add_s` and `shared_node_group`.
+Params: each is described in the trigger form, and docs/backtest.md ("The what-if review") has their table; the
+cluster autoscaler's `scale_down_unneeded_s` is empty by default (no autoscaler).
 """
 
 from __future__ import annotations
@@ -64,6 +62,11 @@ from slicewise.errors import task_outcome
             type="string",
             pattern=r"^(all|(off|whole-gpus|nodes)(,(off|whole-gpus|nodes))*)$",
             description="Consolidation modes to compare: all, or comma-separated of off, whole-gpus, nodes.",
+        ),
+        "evictable": Param(
+            "annotated",
+            enum=["annotated", "all"],
+            description="Pods the replay may evict: annotated (slicewise.io/evictable=true, as in your cluster) or all.",
         ),
         "compare_standby": Param(
             True,
@@ -115,11 +118,8 @@ def gpu_whatif_review() -> None:
     @task(outlets=[WHATIF_REVIEW])
     @task_outcome()
     def replay_history(params: Any = None, dag_run: Any = None, outlet_events: Any = None) -> dict[str, Any]:
-        import logging
-
         from slicewise.connections import task_settings
         from slicewise.planning.consolidation import parse_modes
-        from slicewise.whatif.reviews import choice_lines
         from slicewise.whatif.steps import run_review, window_of
 
         since, until = window_of(params.get("until"), params["days"], dag_run.run_after)
@@ -138,9 +138,8 @@ def gpu_whatif_review() -> None:
             params.get("scale_down_utilization_threshold", 0.5),
             params.get("scale_down_delay_after_add_s", 600),
             params.get("compare_mps_release_below", [0, 1]),
+            params.get("evictable", "annotated"),
         )
-        for line in choice_lines(summary):
-            logging.getLogger(__name__).info("%s", line)
         outlet_events[WHATIF_REVIEW].extra = summary
         return summary
 

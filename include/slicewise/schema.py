@@ -59,7 +59,14 @@ DEMAND_LABELS: Final = ("namespace", "pod", "container", "node", "resource")
 DEMAND_FORMS: Final = ("declared_share", "gpu_product", "gpu_sharing", "gpu_replicas")
 #: The string-valued forms ("" where the pod names none).
 DEMAND_SELECTORS: Final = ("gpu_product", "gpu_sharing", "gpu_replicas")
-DEMAND_COLUMNS: Final = (TIMESTAMP, *DEMAND_LABELS, "requested", "unschedulable", *DEMAND_FORMS)
+DEMAND_COLUMNS: Final = (
+    TIMESTAMP,
+    *DEMAND_LABELS,
+    "requested",
+    "unschedulable",
+    *DEMAND_FORMS,
+    "eviction_opt_in",
+)
 DEMAND_DTYPES: Final[dict[str, str]] = {
     TIMESTAMP: "datetime64[ns, UTC]",
     **dict.fromkeys(DEMAND_LABELS, "string"),
@@ -69,6 +76,9 @@ DEMAND_DTYPES: Final[dict[str, str]] = {
     "gpu_product": "string",  # its nodeSelector's nvidia.com/gpu.product; "" when it names none
     "gpu_sharing": "string",  # its nodeSelector's nvidia.com/gpu.sharing-strategy (none, mps, time-slicing)
     "gpu_replicas": "string",  # its nodeSelector's nvidia.com/gpu.replicas (replicas per GPU)
+    # The pod carries slicewise.io/evictable=true (as kube-state-metrics exports it; partitions written before the
+    # column existed read as no pod opted in). The what-if review replays only these pods as evictable.
+    "eviction_opt_in": "bool",
 }
 
 #: kube-state-metrics series names used for demand.
@@ -76,7 +86,8 @@ KSM_REQUESTS: Final = "kube_pod_container_resource_requests"
 KSM_UNSCHEDULABLE: Final = "kube_pod_status_unschedulable"
 KSM_NODE_CAPACITY: Final = "kube_node_status_capacity"
 KSM_NODE_ALLOCATABLE: Final = "kube_node_status_allocatable"
-#: Exported only when kube-state-metrics runs with ``--metric-annotations-allowlist=pods=[slicewise.io/gpu-share]``.
+#: Exported only when kube-state-metrics runs with
+#: ``--metric-annotations-allowlist=pods=[slicewise.io/gpu-share,slicewise.io/evictable]``.
 KSM_POD_ANNOTATIONS: Final = "kube_pod_annotations"
 #: Opt-in: ``--metric-opt-in-list=kube_pod_nodeselectors``.
 KSM_POD_NODESELECTORS: Final = "kube_pod_nodeselectors"
@@ -84,6 +95,9 @@ KSM_POD_NODESELECTORS: Final = "kube_pod_nodeselectors"
 GPU_SHARE_ANNOTATION: Final = "slicewise.io/gpu-share"
 #: The labels kube-state-metrics gives them (``/``, ``.`` and ``-`` sanitised to ``_``).
 SHARE_ANNOTATION_LABEL: Final = "annotation_slicewise_io_gpu_share"
+#: The annotation a pod opts in to Slicewise's evictions with (value "true"), and its kube-state-metrics label.
+EVICTABLE_ANNOTATION: Final = "slicewise.io/evictable"
+EVICTABLE_ANNOTATION_LABEL: Final = "annotation_slicewise_io_evictable"
 PRODUCT_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_product"
 SHARING_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_sharing_strategy"
 REPLICAS_SELECTOR_LABEL: Final = "nodeselector_nvidia_com_gpu_replicas"

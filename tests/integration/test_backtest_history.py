@@ -25,10 +25,18 @@ def test_the_history_in_prometheus_is_a_trace_the_backtest_replays(
         "static,packing",
         "--workers",
         "1",
+        "--evictable",
+        "annotated",
         "--json",
     ]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
+    # Only the pods whose slicewise.io/evictable=true kube-state-metrics exported may be evicted: the serving
+    # workloads' pods, not the training jobs'.
+    assert out["model"]["evictable"] == "annotated"
+    [opt_ins] = [note for note in out["trace"]["notes"] if "carried slicewise.io/evictable=true" in note]
+    opted_in, pods = (int(n.replace(",", "")) for n in opt_ins.split(" pods ")[0].split(" of "))
+    assert 0 < opted_in < pods
     # Every node of the simulated fleet, with its physical GPU count, from the DCGM series.
     fleet = {node.name: node.gpus for node in prometheus.fleet.nodes}
     assert out["trace"]["nodes"] == len(fleet)

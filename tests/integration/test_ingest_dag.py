@@ -182,7 +182,7 @@ def test_prometheus_down_fails_the_pull_clearly_and_writes_nothing(
     assert not (storage / "metrics").exists() and not (storage / "_staging").exists()
 
 
-def test_pending_pods_shares_and_gpu_selectors_come_through_a_real_prometheus(
+def test_pending_pods_shares_gpu_selectors_and_eviction_opt_ins_come_through_a_real_prometheus(
     tmp_path: Path,
 ) -> None:
     # A fleet whose embedders declare a quarter of a GPU and pin MPS with 4 replicas and whose LLM servers pin
@@ -211,6 +211,7 @@ def test_pending_pods_shares_and_gpu_selectors_come_through_a_real_prometheus(
         processes.stop(service, tmp_path / "run")
     expected = simulated_demand(fleet, timestamps_of(start))
     assert set(expected["gpu_sharing"]) == {"", "mps"} and set(expected["gpu_product"]) != {""}
+    assert set(expected["eviction_opt_in"]) == {True, False}  # serving pods opt in to evictions, jobs do not
     key = [schema.TIMESTAMP, *schema.DEMAND_LABELS]
     pd.testing.assert_frame_equal(
         got.sort_values(key, ignore_index=True), expected.sort_values(key, ignore_index=True)

@@ -56,6 +56,7 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
         scale_down_unneeded_s=600,
         scale_down_utilization_threshold=0.25,
         scale_down_delay_after_add_s=120,
+        evictable="all",
     )
     assert states == {"replay_history": "success", "__run__": "success"}
     folder = root / "whatif" / "2026-11-23T12_2026-11-24T12"
@@ -70,7 +71,7 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
     ]
     [line] = summary["mps_release_choice"]
     assert line.startswith("packing with MPS release below 0.25 (the setting): ")
-    assert summary["model"]["scheduler"] == "binpack"
+    assert (summary["model"]["scheduler"], summary["model"]["evictable"]) == ("binpack", "all")
     # The autoscaler Params reach the replay.
     assert (
         summary["model"]["scale_down_unneeded_s"],

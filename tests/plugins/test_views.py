@@ -369,3 +369,19 @@ def test_the_lazy_app_is_built_once_on_the_first_request() -> None:
 def test_the_review_says_which_cluster_autoscaler_it_replayed(model: dict[str, Any], text: str) -> None:
     view = views.review_view({**fleet_data.REVIEW, "model": model})
     assert dict(view.facts)["cluster autoscaler"].startswith(text)
+
+
+@pytest.mark.parametrize(
+    ("model", "text"),
+    [
+        (
+            {"evictable": "annotated"},
+            "Slicewise may evict only the pods that carried slicewise.io/evictable=true",
+        ),
+        ({"evictable": "all"}, "Slicewise may evict every pod"),
+        ({}, "Slicewise may evict every pod"),  # a review from before the Param replayed every pod so
+    ],
+)
+def test_the_review_says_which_pods_its_replay_could_evict(model: dict[str, Any], text: str) -> None:
+    view = views.review_view({**fleet_data.REVIEW, "model": model})
+    assert dict(view.facts)["evictions replayed"] == text

@@ -197,11 +197,21 @@ def test_demand_frame_carries_each_pods_declared_share_and_gpu_selectors() -> No
         form: frames.compact(selectors, frames.pod_form_shape(label))
         for form, label in schema.SELECTOR_LABELS.items()
     }
+    # kube_pod_annotations{annotation_slicewise_io_evictable="true"}: train-0 opted in; odd-0 says "yes", which
+    # is not "true" (Slicewise's own check reads exactly "true").
+    opted_in = frames.compact(
+        [
+            series({**ids, "pod": "train-0", schema.EVICTABLE_ANNOTATION_LABEL: "true"}, [1.0]),
+            series({**ids, "pod": "odd-0", schema.EVICTABLE_ANNOTATION_LABEL: "yes"}, [1.0]),
+        ],
+        frames.pod_form_shape(schema.EVICTABLE_ANNOTATION_LABEL),
+    )
     frame = frames.demand_frame(
         [series(pod_a, [1.0, 1.0]), series(pod_b, [1.0, 1.0]), series(pod_c, [1.0, 1.0])],
         [],
         shares,
         by_form,
+        opted_in,
     )
     by_pod = frame.drop_duplicates("pod").set_index("pod")
     assert by_pod.loc["embed-0", "declared_share"] == 0.25
@@ -211,6 +221,7 @@ def test_demand_frame_carries_each_pods_declared_share_and_gpu_selectors() -> No
     assert by_pod["gpu_product"].to_dict() == {"embed-0": "", "train-0": "NVIDIA-H100-80GB-HBM3", "odd-0": ""}
     assert by_pod["gpu_sharing"].to_dict() == {"embed-0": "mps", "train-0": "", "odd-0": ""}
     assert by_pod["gpu_replicas"].to_dict() == {"embed-0": "4", "train-0": "", "odd-0": ""}
+    assert by_pod["eviction_opt_in"].to_dict() == {"embed-0": False, "train-0": True, "odd-0": False}
     assert frame.dtypes.astype(str).to_dict() == schema.DEMAND_DTYPES
 
 

@@ -82,8 +82,8 @@ def test_transient_errors_are_retried_until_success(server: tuple[str, Script]) 
     url, script = server
     frame = reader(url).demand(START, START + timedelta(hours=1))
     assert frame.empty
-    # requests query: 2 failures + success; unschedulable, declared shares, product selectors: 1 each
-    assert script.calls == 2 + 1 + 1 + 1 + 1
+    # requests query: 2 failures + success; unschedulable, declared shares, selectors, eviction opt-ins: 1 each
+    assert script.calls == 2 + 1 + 1 + 1 + 1 + 1
 
 
 @pytest.mark.parametrize("server", [Script([(400, {"error": "parse error"})])], indirect=True)

@@ -173,6 +173,16 @@ def test_declared_shares_and_gpu_selectors_round_trip_as_kube_state_metrics_expo
     assert sharing == dict.fromkeys(embed, "mps") and replicas == dict.fromkeys(embed, "4")
     selector_pods = [s.labels["pod"] for s in scraped[schema.KSM_POD_NODESELECTORS].samples]
     assert len(selector_pods) == len(set(selector_pods))  # one series per pod
+    # the pods of workloads the config marks evictable carry slicewise.io/evictable=true, beside their share
+    opted_in = pods_with(schema.KSM_POD_ANNOTATIONS, schema.EVICTABLE_ANNOTATION_LABEL)
+    evictable = {name for name, raw in config["workloads"].items() if raw.get("evictable")}
+    assert evictable and set(config["workloads"]) - evictable
+    assert opted_in == {
+        pod: "true" for pod in expected["pod"] if any(pod.startswith(f"{name}-") for name in evictable)
+    }
+    assert set(embed) <= set(opted_in) and set(shares) <= set(opted_in)
+    annotated_pods = [s.labels["pod"] for s in scraped[schema.KSM_POD_ANNOTATIONS].samples]
+    assert len(annotated_pods) == len(set(annotated_pods))  # both annotations on one series per pod
 
     # and the ingest's frame builder reads them back into the demand frame's form columns
     def as_series(family: str) -> list[dict[str, object]]:
@@ -189,10 +199,14 @@ def test_declared_shares_and_gpu_selectors_round_trip_as_kube_state_metrics_expo
             form: frames.compact(selectors, frames.pod_form_shape(label))
             for form, label in schema.SELECTOR_LABELS.items()
         },
+        frames.compact(
+            as_series(schema.KSM_POD_ANNOTATIONS), frames.pod_form_shape(schema.EVICTABLE_ANNOTATION_LABEL)
+        ),
     )
     key = ["namespace", "pod", "container", "resource"]
-    got = frame.set_index(key).sort_index()[list(schema.DEMAND_FORMS)]
-    want = expected.set_index(key).sort_index()[list(schema.DEMAND_FORMS)]
+    columns = [*schema.DEMAND_FORMS, "eviction_opt_in"]
+    got = frame.set_index(key).sort_index()[columns]
+    want = expected.set_index(key).sort_index()[columns]
     pd.testing.assert_frame_equal(got, want)
 
 

@@ -99,6 +99,7 @@ def demand_frame() -> pd.DataFrame:
             "gpu_product": ["", "", "NVIDIA-A100-SXM4-80GB"],
             "gpu_sharing": ["", "", "mps"],
             "gpu_replicas": ["", "", "4"],
+            "eviction_opt_in": [True, False, False],
         }
     )
     return frame.astype(schema.DEMAND_DTYPES)

@@ -18,7 +18,7 @@ from slicewise import schema
 #: Opt-in: only nodes carrying this label with value "true" are listed, planned or changed.
 MANAGED_LABEL = "slicewise.io/managed"
 #: Opt-in per pod: Slicewise may evict a GPU pod only when it carries this annotation with value "true".
-EVICTABLE_ANNOTATION = "slicewise.io/evictable"
+EVICTABLE_ANNOTATION = schema.EVICTABLE_ANNOTATION
 #: The share of one GPU a pod declares it needs ("0.5"): opting in to any MIG instance, MPS tenant or whole GPU at
 #: least that big (slicewise.planning.demand).
 GPU_SHARE_ANNOTATION = schema.GPU_SHARE_ANNOTATION

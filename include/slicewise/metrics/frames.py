@@ -293,10 +293,12 @@ def demand_frame(
     unschedulable: Iterable[Series | CompactSeries],
     shares: Iterable[CompactSeries] = (),
     selectors: Mapping[str, Iterable[CompactSeries]] | None = None,
+    opted_in: Iterable[CompactSeries] = (),
 ) -> pd.DataFrame:
     """Build the demand frame: every GPU request of every pod container, flagged when the pod is unschedulable,
-    with the pod's declared share and what its nodeSelector names (``selectors``: per string-valued form of
-    ``schema.DEMAND_SELECTORS``; every series shaped by :func:`pod_form_shape`; a pod's last value wins)."""
+    with the pod's declared share, what its nodeSelector names (``selectors``: per string-valued form of
+    ``schema.DEMAND_SELECTORS``) and whether it opts in to evictions (``opted_in``: its annotation ``"true"``);
+    every series shaped by :func:`pod_form_shape`; a pod's last value wins."""
     import pandas as pd
 
     index = _SeriesIndex()
@@ -328,6 +330,9 @@ def demand_frame(
     for form in schema.DEMAND_SELECTORS:
         value_of = _last_per_pod((selectors or {}).get(form, ()))
         wide[form] = np.array([value_of.get(p, "") for p in pods], dtype=object)[codes]
+    opt_in_of = _last_per_pod(opted_in)
+    opts_in = np.array([opt_in_of.get(p) == "true" for p in pods], dtype=bool)
+    wide["eviction_opt_in"] = opts_in[codes] if len(codes) else np.empty(0, dtype=bool)
     wide[schema.TIMESTAMP] = pd.to_datetime(wide["ms"].astype("int64"), unit="ms", utc=True)
     frame = wide[list(schema.DEMAND_COLUMNS)].astype(schema.DEMAND_DTYPES)
     return frame.sort_values([schema.TIMESTAMP, *schema.DEMAND_LABELS], ignore_index=True)

@@ -217,7 +217,11 @@ class PrometheusReader:
             form: frames.compact(selectors, frames.pod_form_shape(label))
             for form, label in schema.SELECTOR_LABELS.items()
         }
-        return frames.demand_frame(requests, pending, shares, by_form)
+        opted_in = frames.compact(
+            self._range("pods opted in to evictions", promql.demand_opt_in_query(step_s), start, end),
+            frames.pod_form_shape(schema.EVICTABLE_ANNOTATION_LABEL),
+        )
+        return frames.demand_frame(requests, pending, shares, by_form, opted_in)
 
 
 def _is_transient(exc: BaseException) -> bool:

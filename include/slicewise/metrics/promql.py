@@ -85,6 +85,15 @@ def demand_share_query(step_s: int) -> str:
     )
 
 
+def demand_opt_in_query(step_s: int) -> str:
+    """Pods that opt in to Slicewise's evictions (``slicewise.io/evictable=true``), as kube-state-metrics exports
+    allowlisted annotations."""
+    return (
+        f'last_over_time({schema.KSM_POD_ANNOTATIONS}{{{schema.EVICTABLE_ANNOTATION_LABEL}="true"}}'
+        f"[{step_window(step_s)}])"
+    )
+
+
 def demand_selector_query(step_s: int) -> str:
     """Pods' nodeSelectors on ``nvidia.com/gpu.product``, ``nvidia.com/gpu.sharing-strategy`` or
     ``nvidia.com/gpu.replicas`` (kube-state-metrics' opt-in ``kube_pod_nodeselectors``; one series per pod, so

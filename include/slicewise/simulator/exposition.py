@@ -50,7 +50,7 @@ HOSTNAME_LABELS = ("Hostname", "hostname")
 EXPORTED_LABELS = frozenset(
     {"gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", *HOSTNAME_LABELS}
     | {"container", "namespace", "pod", "uid", "node", "resource", "unit"}
-    | {schema.SHARE_ANNOTATION_LABEL, *schema.SELECTOR_LABELS.values()}
+    | {schema.SHARE_ANNOTATION_LABEL, schema.EVICTABLE_ANNOTATION_LABEL, *schema.SELECTOR_LABELS.values()}
 )
 LabelSet = tuple[tuple[str, str], ...]
 
@@ -202,13 +202,15 @@ def ksm_families(fleet: Fleet, demand: Rows, timestamps: np.ndarray) -> list[Fam
 
 
 def _pod_form_families(demand: Rows) -> list[FamilySamples]:
-    """``kube_pod_annotations`` (allowlisted ``slicewise.io/gpu-share``) and ``kube_pod_nodeselectors`` (the GPU
-    labels of ``schema.SELECTOR_LABELS``, all on one series per pod as kube-state-metrics writes them) of the pods
-    that carry them, one sample per pod and instant."""
+    """``kube_pod_annotations`` (allowlisted ``slicewise.io/gpu-share`` and ``slicewise.io/evictable``) and
+    ``kube_pod_nodeselectors`` (the GPU labels of ``schema.SELECTOR_LABELS``), each family's labels on one series
+    per pod as kube-state-metrics writes them, of the pods that carry them, one sample per pod and instant."""
     out = []
     shares = np.array([f"{v:g}" if not math.isnan(v) else "" for v in demand["declared_share"]], dtype=object)
+    opted_in = np.where(demand["eviction_opt_in"], "true", "").astype(object)
+    annotations = ((schema.SHARE_ANNOTATION_LABEL, shares), (schema.EVICTABLE_ANNOTATION_LABEL, opted_in))
     forms = (
-        (schema.KSM_POD_ANNOTATIONS, ((schema.SHARE_ANNOTATION_LABEL, shares),)),
+        (schema.KSM_POD_ANNOTATIONS, annotations),
         (
             schema.KSM_POD_NODESELECTORS,
             tuple((label, demand[form]) for form, label in schema.SELECTOR_LABELS.items()),

@@ -44,6 +44,7 @@ class Workload:
     gpu_product: str = ""  # their nodeSelector's nvidia.com/gpu.product (config key gpu_product)
     gpu_sharing: str = ""  # their nodeSelector's nvidia.com/gpu.sharing-strategy (config key gpu_sharing)
     gpu_replicas: str = ""  # their nodeSelector's nvidia.com/gpu.replicas (config key gpu_replicas)
+    evictable: bool = False  # their slicewise.io/evictable=true annotation (config key evictable)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Fleet:
                 str(raw.get("gpu_product", "")),
                 str(raw.get("gpu_sharing", "")),
                 str(raw.get("gpu_replicas", "")),
+                bool(raw.get("evictable", False)),
             )
             for name, raw in config["workloads"].items()
         }

@@ -254,6 +254,7 @@ def demand_rows(fleet: Fleet, timestamps: Any) -> Rows:
     rows["declared_share"] = np.array(shares, dtype=np.float64)[rows["workload"]]
     for form in schema.DEMAND_SELECTORS:
         rows[form] = _strings([getattr(w, form) for w in wl_objs])[rows["workload"]]
+    rows["eviction_opt_in"] = np.array([w.evictable for w in wl_objs], dtype=bool)[rows["workload"]]
     del rows["workload"]
     return rows
 

@@ -251,6 +251,7 @@ def review_view(summary: Mapping[str, Any]) -> ReviewView:
         ("pods, nodes", f"{number(trace.get('pods'))}, {number(trace.get('nodes'))}"),
         ("scheduler model", str(model.get("scheduler", "-"))),
         ("cluster autoscaler", _autoscaler(model)),
+        ("evictions replayed", reviews.evictable_words(model)),
     )
     choice = tuple(reviews.choice_lines(summary))
 

@@ -193,16 +193,21 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--evictable",
-        choices=("all", "best-effort"),  # engine.EVICTABLE; literal: the parser imports nothing heavy
+        choices=(
+            "all",
+            "best-effort",
+            "annotated",
+        ),  # engine.EVICTABLE; literal: the parser imports nothing heavy
         default="all",
-        help="which pods opt in to Slicewise's evictions: all (default) or best-effort (the trace's qos BE; the "
-        "others block changes of their node); the autoscaler's drains are not affected",
+        help="which pods opt in to Slicewise's evictions: all (default), best-effort (the trace's qos BE) or "
+        "annotated (with --prometheus: the pods whose slicewise.io/evictable=true kube-state-metrics exported; a "
+        "trace file has none); the others block changes of their node; the autoscaler's drains are not affected",
     )
     parser.add_argument(
         "--cordon-to-drain",
         action="store_true",
         help="the planner's planner_cordon_to_drain: a change blocked by pods that may not be evicted holds the "
-        "node (cordoned, pods run on) until they end; matters only with --evictable best-effort",
+        "node (cordoned, pods run on) until they end; matters only when --evictable is not all",
     )
     parser.add_argument(
         "--scale-up-s",

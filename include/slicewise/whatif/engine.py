@@ -77,9 +77,12 @@ EPOCH = datetime(2023, 1, 1, tzinfo=UTC)  # the trace's second 0 (anonymised; on
 #: ``--gpu-model`` every node is one catalogue model, but the scheduler model still keeps a pinned pod to the
 #: nodes its ``gpu_spec`` names, so the planner sees the pin as a node selector on this label.
 TRACE_MODEL_LABEL = "slicewise.io/trace-gpu-model"
-EVICTABLE = ("all", "best-effort")
-#: Why a trace pod that does not opt in may not be evicted (``BacktestConfig.evictable``).
-NOT_OPTED_IN = ("no slicewise.io/evictable=true annotation (the replay: not a best-effort pod)",)
+EVICTABLE = ("all", "best-effort", "annotated")
+#: Why a trace pod that does not opt in may not be evicted, per ``BacktestConfig.evictable``.
+NOT_OPTED_IN = {
+    "best-effort": ("no slicewise.io/evictable=true annotation (the replay: not a best-effort pod)",),
+    "annotated": ("no slicewise.io/evictable=true annotation",),
+}
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,10 @@ class BacktestConfig:
     )
     eviction_cost_s: float = 300.0  # run time an evicted pod loses on top (restart, image, warm-up)
     drain_cap_s: float = 30 * DAY_S  # serve the pods left at the window's end for at most this long
-    # Which pods opt in to Slicewise's evictions (slicewise.io/evictable): "all", or "best-effort" (the trace's qos
+    # Which pods opt in to Slicewise's evictions (slicewise.io/evictable): "all"; "best-effort" (the trace's qos
     # BE only; LS, Burstable and Guaranteed pods block a change of their node, or, with the planner's
-    # cordon_to_drain, get it held until they end). The autoscaler's own drains are not affected.
+    # cordon_to_drain, get it held until they end); or "annotated" (the pods whose annotation a cluster's own
+    # history shows: TracePod.opted_in). The autoscaler's own drains are not affected.
     evictable: str = "all"
     scale_up_s: float = 300.0  # the autoscaler takes this long to add back a node released by a consolidation
     # cluster-autoscaler's --scale-down-unneeded-time for every node of every policy: a node empty this long is
@@ -226,7 +230,7 @@ class Replay:
             {TRACE_MODEL_LABEL: p.models} if p.models else {} for p in pods
         ]
         self.pod_ids = {p.name: i for i, p in enumerate(pods)}  # how plans name a pod (planning.rehome)
-        self._evictable = [config.evictable == "all" or p.qos == "BE" for p in pods]
+        self._evictable = [_opted_in(p, config.evictable) for p in pods]
         self.holds: dict[int, Hold] = {}  # nodes held so that their pods finish (planning.holds)
         self.queued_demand: Counter[Request] = Counter()  # the waiting requests, per kind
         self.waiting_samples: deque[Counter[Request]] = deque(maxlen=int(HOUR_S // config.step_s))
@@ -698,7 +702,7 @@ class Replay:
                     owner_kind="Job",
                     owner_name=self.pods[pod_id].name,
                     evictable=self._evictable[pod_id],
-                    blockers=() if self._evictable[pod_id] else NOT_OPTED_IN,
+                    blockers=() if self._evictable[pod_id] else NOT_OPTED_IN[self.config.evictable],
                     share=self.pods[pod_id].share,  # a trace request is a size: declared, as by annotation
                     node_selector=self._selectors[pod_id],
                     started_at=_moment(self.started_at[pod_id]),
@@ -824,6 +828,13 @@ class Replay:
             per_gpu = total / node.gpus
             out[index] = (float(per_gpu.mean()), float(per_gpu.max()))
         return out
+
+
+def _opted_in(pod: TracePod, evictable: str) -> bool:
+    """Whether Slicewise may evict ``pod`` under ``BacktestConfig.evictable``."""
+    if evictable == "best-effort":
+        return pod.qos == "BE"
+    return pod.opted_in if evictable == "annotated" else True
 
 
 def _moment(seconds: float) -> datetime:

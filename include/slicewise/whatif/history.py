@@ -5,7 +5,9 @@ pulls them): a pod arrives at its first sample and leaves one step after its las
 it held, summed over its containers: ``nvidia.com/gpu: k`` is k whole GPUs (an MPS tenant's share does not show
 in its request: its ``slicewise.io/gpu-share`` annotation does, when kube-state-metrics exports it; a
 ``nvidia.com/gpu.product`` nodeSelector limits it to that model), ``nvidia.com/mig-<profile>: k`` one request
-of k x g / compute slices of a GPU (of ``gpu_model``, else the first catalogue model with that profile). Nodes
+of k x g / compute slices of a GPU (of ``gpu_model``, else the first catalogue model with that profile). A pod
+whose ``slicewise.io/evictable=true`` shows on ``kube_pod_annotations`` opted in to Slicewise's evictions
+(``TracePod.opted_in``; the replay's ``evictable="annotated"``); the trace's notes say how many did. Nodes
 come from the DCGM series of the window's last hour: each hostname with its number of physical GPUs and the
 model it reports (its DCGM name, which :mod:`slicewise.whatif.gpus` maps to the catalogue).
 """
@@ -82,16 +84,16 @@ def trace_from_frames(
                 skipped += 1
                 continue
             gpus, share = kinds[0]
-            declared, allowed = forms.get(key, (None, ()))
+            declared, allowed, opted_in = forms.get(key, (None, (), False))
             if declared is not None and gpus == 1:
                 share = declared  # the pod's slicewise.io/gpu-share: the size its request does not show
+            duration = float(last - first + step_s)
             pods.append(
-                TracePod(
-                    f"{namespace}/{pod}", float(first), float(last - first + step_s), gpus, share, "", allowed
-                )
+                TracePod(f"{namespace}/{pod}", float(first), duration, gpus, share, "", allowed, opted_in)
             )
         if skipped:
             notes.append(f"{skipped} pods without exactly one GPU resource left out")
+        notes.append(_opt_in_note(sum(p.opted_in for p in pods), len(pods)))
     if not pods:
         raise TraceError("no pod requested a GPU in that window (kube_pod_container_resource_requests)")
     if gpu.empty:
@@ -104,26 +106,40 @@ def trace_from_frames(
     return trace, sorted(nodes, key=lambda n: n.name)
 
 
+def _opt_in_note(opted_in: int, pods: int) -> str:
+    """How many pods opted in to Slicewise's evictions, and what none means."""
+    if opted_in:
+        return f"{opted_in:,} of {pods:,} pods carried slicewise.io/evictable=true"
+    return (
+        f"none of {pods:,} pods carried slicewise.io/evictable=true (or kube-state-metrics does not export it: "
+        "--metric-annotations-allowlist=pods=[slicewise.io/gpu-share,slicewise.io/evictable])"
+    )
+
+
 def _pod_forms(
     frame: pd.DataFrame, catalog: Catalog
-) -> dict[tuple[str, str], tuple[float | None, tuple[str, ...]]]:
-    """(namespace, pod) -> its last declared share and the node-list model names (DCGM names) its nodeSelector's
-    ``nvidia.com/gpu.product`` allows (a product the catalogue does not know: itself, which no node reports)."""
+) -> dict[tuple[str, str], tuple[float | None, tuple[str, ...], bool]]:
+    """(namespace, pod) -> its last declared share, the node-list model names (DCGM names) its nodeSelector's
+    ``nvidia.com/gpu.product`` allows (a product the catalogue does not know: itself, which no node reports), and
+    whether it opted in to evictions (hours stored before the column existed: no)."""
     import pandas as pd
 
     if "declared_share" not in frame.columns:
         return {}
+    if "eviction_opt_in" not in frame.columns:
+        frame = frame.assign(eviction_opt_in=False)
     last = frame.sort_values("second").groupby(["namespace", "pod"], observed=True)[
-        ["declared_share", "gpu_product"]
+        ["declared_share", "gpu_product", "eviction_opt_in"]
     ]
-    out: dict[tuple[str, str], tuple[float | None, tuple[str, ...]]] = {}
+    out: dict[tuple[str, str], tuple[float | None, tuple[str, ...], bool]] = {}
     for key, row in last.last().iterrows():
         share = None if pd.isna(row["declared_share"]) else float(row["declared_share"])
         product = row["gpu_product"] if isinstance(row["gpu_product"], str) else ""
         model = catalog.model_for_product(product) if product else None
         allowed = (model.dcgm_model_name,) if model is not None else ((product,) if product else ())
         namespace, pod = cast("tuple[str, str]", key)
-        out[(str(namespace), str(pod))] = (share, allowed)
+        opted_in = row["eviction_opt_in"]  # NaN where the pod's hours were all stored before the column
+        out[(str(namespace), str(pod))] = (share, allowed, bool(opted_in) if pd.notna(opted_in) else False)
     return out
 
 

@@ -17,7 +17,7 @@ from slicewise.whatif.policies import (
     standby_flipped_name,
     whole_demand_flipped_name,
 )
-from slicewise.whatif.reviews import choice_lines
+from slicewise.whatif.reviews import choice_lines, evictable_words
 from slicewise.whatif.trace import SIZE_CLASSES
 
 if TYPE_CHECKING:
@@ -409,7 +409,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px}}td.num{{text-align:right}}img{{dis
 <h1>What-if backtest</h1>
 <p>{html.escape(trace["pods_file"])}: {trace["pods"]:,} GPU pods on {trace["nodes"]:,} nodes
 ({trace["gpus"]:,} GPUs), scheduler model {html.escape(model["scheduler"])}, reconfiguration
-{model["reconfigure_s"]:.0f} s, eviction cost {model["eviction_cost_s"]:.0f} s.
+{model["reconfigure_s"]:.0f} s, eviction cost {model["eviction_cost_s"]:.0f} s,
+{html.escape(evictable_words(model))}.
 Ran in {data["seconds"]:.0f} s on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>
 <ul>{notes}</ul>
 {table(HEADERS, rows(backtest))}

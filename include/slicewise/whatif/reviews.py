@@ -33,6 +33,21 @@ class Review:
 CHOICES = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice", "mps_release_choice")
 
 
+#: ``BacktestConfig.evictable`` in words.
+EVICTABLE_WORDS = {
+    "all": "Slicewise may evict every pod",
+    "best-effort": "Slicewise may evict only the trace's best-effort (qos BE) pods",
+    "annotated": "Slicewise may evict only the pods that carried slicewise.io/evictable=true",
+}
+
+
+def evictable_words(model: Mapping[str, Any]) -> str:
+    """Which pods a replay let Slicewise evict, from its summary's ``model`` (one written before the setting
+    existed replayed every pod as evictable)."""
+    rule = str(model.get("evictable", "all"))
+    return EVICTABLE_WORDS.get(rule, rule)
+
+
 def choice_lines(summary: Mapping[str, Any]) -> list[str]:
     """A review's (or a backtest's JSON) advice lines, in order; a summary written before one of them was kept
     lacks it."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 POLICIES = "static,packing,ideal"
+log = logging.getLogger(__name__)
 
 
 class ReviewError(PermanentError, ValueError):
@@ -108,6 +110,7 @@ def run_review(
     scale_down_utilization_threshold: float = 0.5,
     scale_down_delay_after_add_s: float = 600.0,
     compare_mps_release_below: Sequence[float] = (0.0, 1.0),
+    evictable: str = "annotated",
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -122,13 +125,15 @@ def run_review(
     BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing;
     ``compare_mps_release_below``: with an autoscaler and ``planner_keep_shaped``, replay ``packing`` once more
     per value of ``planner_mps_release_below`` other than the setting (without either nothing reads the marks,
-    and nothing is replayed)."""
+    and nothing is replayed); ``evictable``: which pods Slicewise's replayed evictions may take, ``annotated``
+    (those whose ``slicewise.io/evictable=true`` the history shows, as the cluster allows) or ``all`` (what the
+    cluster's pods would allow if every one opted in)."""
     from slicewise import store
     from slicewise.catalog import load_catalog
     from slicewise.costs.sources import published_hours
     from slicewise.planning.config import PlannerConfig
     from slicewise.whatif import report
-    from slicewise.whatif.engine import BacktestConfig
+    from slicewise.whatif.engine import EVICTABLE, BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
     from slicewise.whatif.policies import (
@@ -156,6 +161,8 @@ def run_review(
         raise ReviewError(
             f"the MPS release values to compare must be in [0, 1], not {list(compare_mps_release_below)}"
         )
+    if evictable not in EVICTABLE:
+        raise ReviewError(f"evictable must be one of {', '.join(EVICTABLE)}, not {evictable!r}")
     if scale_down_delay_after_add_s < 0:
         raise ReviewError(
             f"the autoscaler's delay after a scale-up must be >= 0 s, not {scale_down_delay_after_add_s}"
@@ -186,6 +193,7 @@ def run_review(
         scale_down_utilization_threshold=scale_down_utilization_threshold,
         scale_down_delay_after_add_s=scale_down_delay_after_add_s,
         shared_node_group=shared_node_group,
+        evictable=evictable,
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
@@ -222,10 +230,21 @@ def run_review(
         store.publish(staging, target, {"window": summary["window"], "hours": summary["hours"]})
     finally:
         store.remove(staging)  # published: already moved; failed: nothing half-written is left
+    opted_in = sum(pod.opted_in for pod in trace.pods)
+    log.info(
+        "%d of %d pods carried slicewise.io/evictable=true; %s",
+        opted_in,
+        len(trace.pods),
+        reviews.evictable_words(summary["model"]),
+    )
+    for line in reviews.choice_lines(summary):
+        log.info("%s", line)
     return {
         "window": summary["window"],
         "hours": summary["hours"],
         "pods": len(trace.pods),
+        "pods_opted_in": opted_in,
+        "evictable": evictable,
         "nodes": len(nodes),
         "consolidation_choice": summary["consolidation_choice"],
         "standby_choice": summary["standby_choice"],

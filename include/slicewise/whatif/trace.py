@@ -42,6 +42,8 @@ class TracePod:
     share: float  # share of each GPU: gpu_milli / 1000, in (0, 1]; 1 for multi-GPU pods
     qos: str
     models: tuple[str, ...] = ()  # the node list's GPU model names it may run on (gpu_spec); () = any
+    # It carried slicewise.io/evictable=true (a cluster's own history; the public traces carry no annotations).
+    opted_in: bool = False
 
     @property
     def size_class(self) -> str:

@@ -481,6 +481,14 @@ def test_pods_that_may_not_be_evicted_block_the_change_or_hold_the_node_until_th
     best_effort = [dataclasses.replace(pods[0], qos="BE"), *pods[1:]]
     moved = replay("reactive", best_effort, one, end=30_000, config=base, start_as=start)
     assert moved.pods_evicted == 1 and moved.wait_mean_s == pytest.approx((100 + 3 * 3690) / 4)
+    # With evictable "annotated" the qos does not count, the pod's own annotation does (a cluster's history):
+    # blocked as above while only the best-effort a is annotated, moved as above once a carries it.
+    annotated = dataclasses.replace(base, evictable="annotated")
+    unmarked = replay("reactive", best_effort, one, end=30_000, config=annotated, start_as=start)
+    assert (unmarked.pods_evicted, unmarked.wait_mean_s) == (0, blocked.wait_mean_s)
+    marked = [dataclasses.replace(pods[0], opted_in=True), *pods[1:]]
+    opted = replay("reactive", marked, one, end=30_000, config=annotated, start_as=start)
+    assert (opted.pods_evicted, opted.wait_mean_s) == (1, moved.wait_mean_s)
 
 
 def test_a_held_node_whose_change_no_longer_pays_is_released_and_takes_pods_again() -> None:
@@ -504,5 +512,5 @@ def test_a_held_node_whose_change_no_longer_pays_is_released_and_takes_pods_agai
 
 
 def test_an_unknown_evictable_rule_is_refused() -> None:
-    with pytest.raises(ValueError, match="evictable must be one of all, best-effort"):
+    with pytest.raises(ValueError, match="evictable must be one of all, best-effort, annotated"):
         BacktestConfig(evictable="latency-sensitive")

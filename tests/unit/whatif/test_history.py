@@ -59,7 +59,9 @@ def test_pods_become_requests_with_their_first_and_last_sample() -> None:
     assert (pods["team/train"].arrival_s, pods["team/train"].duration_s) == (0.0, 180.0)
     assert pods["team/infer"].share == pytest.approx(3 / 7)
     assert (pods["team/infer"].arrival_s, pods["team/infer"].duration_s) == (60.0, 60.0)
-    assert trace.notes == ("1 pods without exactly one GPU resource left out",)
+    assert trace.notes[0] == "1 pods without exactly one GPU resource left out"
+    assert trace.notes[1].startswith("none of 2 pods carried slicewise.io/evictable=true")
+    assert not any(p.opted_in for p in trace.pods)
     assert [(n.name, n.gpus) for n in nodes] == [("n1", 2), ("n2", 1)]
 
 
@@ -112,3 +114,27 @@ def test_history_is_pulled_a_day_at_a_time_and_nodes_from_the_last_hour() -> Non
     assert gpu_window == [(end - timedelta(hours=1), end)]
     with pytest.raises(TraceError, match="not after"):
         read_history(demand, gpu, end, START)
+
+
+def test_a_pod_whose_annotation_opts_in_to_evictions_is_marked_and_hours_stored_before_the_column_are_not() -> (
+    None
+):
+    # given an hour stored before the demand frame had eviction_opt_in (train) and a newer one where infer opted
+    # in, and embed did not
+    older = _demand([(m, "train", "a", "nvidia_com_gpu", 1.0) for m in range(2)])
+    newer = _demand(
+        [(m, pod, "a", "nvidia_com_gpu", 1.0) for m in range(60, 62) for pod in ("infer", "embed")]
+    ).assign(declared_share=float("nan"), gpu_product="")
+    newer["eviction_opt_in"] = newer["pod"] == "infer"
+    demand = pd.concat([older, newer], ignore_index=True)
+
+    # when the trace is read
+    trace, _ = trace_from_frames(demand, GPU, START, 60, load_catalog(), "A100-80GB")
+
+    # then only infer opted in, and the notes count it
+    assert {p.name: p.opted_in for p in trace.pods} == {
+        "team/train": False,
+        "team/infer": True,
+        "team/embed": False,
+    }
+    assert "1 of 3 pods carried slicewise.io/evictable=true" in trace.notes

@@ -214,3 +214,41 @@ def test_an_autoscaler_for_every_node_is_replayed_when_the_cluster_runs_one(
         run_review(settings, DAY, until, "spread", ("off",), scale_down_unneeded_s=-1.0)
     with pytest.raises(ReviewError, match=r"utilisation threshold must be in \[0, 1\]"):
         run_review(settings, DAY, until, "spread", ("off",), scale_down_utilization_threshold=2.0)
+
+
+def test_the_review_replays_as_evictable_only_the_pods_that_opted_in_unless_told_all(
+    root: store.ObjectStoragePath,
+) -> None:
+    # given the simulated fleet's hours, whose serving and notebook pods carry slicewise.io/evictable=true and
+    # whose training jobs do not
+    opted_in = set()
+    for hour in (0, 1, 3):
+        demand, _ = store.read_frame(
+            store.PartitionPaths(root, DAY + timedelta(hours=hour)).published / store.DEMAND_FILE
+        )
+        opted_in |= set(demand.loc[demand["eviction_opt_in"], "pod"])
+    settings = load_settings(None, {"storage_root": str(root)})
+    until = DAY + timedelta(hours=4)
+    quiet = {"compare_standby": False, "compare_whole_gpu_demand": False}
+
+    # when the review runs as scheduled (evictable: annotated)
+    summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), **quiet)
+
+    # then it counts the pods that opted in, replays only them as evictable, and says so on the page
+    assert 0 < len(opted_in) < summary["pods"]
+    assert (summary["evictable"], summary["pods_opted_in"]) == ("annotated", len(opted_in))
+    folder = review_folder(root, DAY, until)
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["model"]["evictable"] == "annotated"
+    assert (
+        f"{len(opted_in):,} of {summary['pods']:,} pods carried slicewise.io/evictable=true"
+        in (written["trace"]["notes"])
+    )
+    assert "only the pods that carried slicewise.io/evictable=true" in (folder / "report.html").read_text()
+
+    # and told "all", every pod may be evicted
+    summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), evictable="all", **quiet)
+    assert summary["evictable"] == "all"
+    assert "may evict every pod" in (folder / "report.html").read_text()
+    with pytest.raises(ReviewError, match="evictable must be one of"):
+        run_review(settings, DAY, until, "spread", ("whole-gpus",), evictable="best-effort-ish", **quiet)
