@@ -168,6 +168,12 @@ class GpuNode:
         """What the node is held for; None when it is not held (or the annotation cannot be read)."""
         return Hold.from_annotation(self.annotations[HOLD_ANNOTATION]) if self.held else None
 
+    def held_words(self) -> str:
+        """How plans and pages name the hold: since when, or that its annotation cannot be read."""
+        hold = self.hold()
+        since = f"since {hold.since:%Y-%m-%d %H:%M} UTC" if hold else "(its annotation unreadable)"
+        return f"held by Slicewise {since}"
+
     def hands_off(self) -> str:
         """Why Slicewise must not plan or change this node ("" when it may): its GPUs are the NVIDIA DRA
         driver's, the GPU Operator's device plugin does not run on it, or GPU Feature Discovery has not

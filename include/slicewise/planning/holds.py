@@ -34,9 +34,7 @@ def settle(plan: NodePlan, node: GpuNode) -> NodePlan:
     """The verdict for a node as its hold changes it (``plan`` unchanged when the node is not held)."""
     if not node.held:
         return plan
-    hold = node.hold()
-    since = f"since {hold.since:%Y-%m-%d %H:%M} UTC" if hold else "(its annotation unreadable)"
-    held = f"held by Slicewise {since}"
+    held = node.held_words()
     if plan.action in (KEEP, BLOCKED):
         return dataclasses.replace(
             plan,

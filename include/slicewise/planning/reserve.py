@@ -1,5 +1,5 @@
-"""The shared reserve: empty nodes switched to MPS ahead of fractional demand, so that a fractional pod finds a
-tenant when it arrives instead of a whole GPU it strands for its whole run.
+"""The shared reserve: empty nodes switched to MPS ahead of fractional demand, so that a fractional pod finds a tenant
+when it arrives instead of a whole GPU it strands for its whole run.
 
 The per-node pass makes MPS nodes for fractional requests that already wait, and only where every running pod fits
 the new mode; on a busy fleet of nodes that each hold some whole-GPU pods, fractional pods then run on whole GPUs.
@@ -7,14 +7,18 @@ On the public traces a node was in MPS mode in about 1 % of the hours while 3-4 
 stranding about 2 GPUs; with this reserve the backtest's wait goal holds on 74 of 80 samples and fleets instead of
 61, at a price in node-GPU-hours on some (docs/backtest.md, "One sample is weak evidence"). The reserve is sized to
 the fractional pods of at most ``1 / RESERVE_REPLICAS`` of a GPU that run or wait now and may run on the node:
-``planner_shared_reserve`` times as many tenants (0 turns it off). Where the fleet's MPS nodes have fewer tenants,
-nodes with no GPU pod and whole GPUs (MIG disabled, no MPS) are switched to ``RESERVE_REPLICAS`` tenants per GPU,
-smallest first, none with more GPUs than the missing tenants need unless it has at most ``SMALL_NODE_GPUS`` (large
-nodes stay whole for pods that need several GPUs), and at most half the GPUs of any one kind of node — its GPU
-model and its values of the node labels that pods' selectors name (a whole-GPU pod pinned to a model or a label has
-only those nodes) —: nothing is evicted. Never while a whole-GPU request has waited most
-of the last hour (whole GPUs come first; the per-node pass switches an empty reserve node back for it) or in a run
-that consolidates a node, never inside a node's dwell time, and within the hourly change budget like every change.
+``planner_shared_reserve`` times as many tenants (0 turns it off), but one per pod where a fractional pod that may
+not be evicted runs and whole-GPU pods run or wait: a reserve node such a pod takes as a tenant goes back to whole
+GPUs only once it ends, and a reserve twice the pods left whole-GPU pods waiting on the public traces when only
+their best-effort pods could move (docs/backtest.md, "Pods that may not be evicted"). Where the fleet's MPS nodes
+have fewer tenants, nodes with no GPU pod and whole GPUs (MIG disabled, no MPS) are switched to
+``RESERVE_REPLICAS`` tenants per GPU, smallest first, none with more GPUs than the missing tenants need unless it
+has at most ``SMALL_NODE_GPUS`` (large nodes stay whole for pods that need several GPUs), and at most half the GPUs
+of any one kind of node — its GPU model and its values of the node labels that pods' selectors name (a whole-GPU
+pod pinned to a model or a label has only those nodes) —: nothing is evicted. Never while a whole-GPU request has
+waited most of the last hour (whole GPUs come first; the per-node pass switches an empty reserve node back for it)
+or in a run that consolidates a node, never inside a node's dwell time, and within the hourly change budget like
+every change.
 
 An empty MPS node stays one: the per-node pass keeps a node's configuration when no other hosts more. Fractional
 pods use the reserve when they prefer MPS nodes — a preferred node affinity on
@@ -30,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from slicewise.catalog import Catalog
+from slicewise.catalog.resources import GPU_RESOURCE
+from slicewise.cluster.base import GpuPod
 from slicewise.planning import packing
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
@@ -45,6 +51,10 @@ SMALL_NODE_GPUS = 2
 RULE = "packing: shared reserve: MPS tenants ready for the fractional pods to come"
 #: The well-known label of a node's own name (a pod pinned to one node).
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+STUCK_NOTE = (
+    " (one per pod, not planner_shared_reserve's: fractional pods that may not be evicted run, and so do whole-GPU"
+    " pods, which a reserve node those pods hold cannot be given back to)"
+)
 
 
 def reserve(
@@ -71,6 +81,7 @@ def reserve(
         if any(_fits_tenant(request, tenant) for request in packing.pod_requests(pod))
     ]
     pending = [(request, count) for request, count in pool if _fits_tenant(request, tenant)]
+    factor = _factor(planned, running, pool, config)
     # MPS tenants in the fleet, and per kind of node its GPUs and those under MPS. A pod pinned to a model (a
     # gpu_spec, a product nodeSelector) or to another node label that needs a whole GPU has only that kind's
     # nodes: the reserve leaves at least half of them whole.
@@ -95,7 +106,7 @@ def reserve(
         small = sum(1 for pod in running if pod.may_run_on(labels)) + sum(
             count for request, count in pending if request.allows(item.ctx.model.name, labels)
         )
-        wanted = math.ceil(config.shared_reserve * small - EPS)
+        wanted = math.ceil(factor * small - EPS)
         if have >= wanted:
             continue
         if item.ctx.gpus > max(SMALL_NODE_GPUS, math.ceil((wanted - have) / RESERVE_REPLICAS)):
@@ -116,7 +127,8 @@ def reserve(
             reasons=(
                 *plans[item.ctx.name].reasons,
                 f"{small:g} fractional pods of at most {tenant:g} GPU that may run here run or wait; the reserve "
-                f"is {config.shared_reserve:g} x as many tenants ({wanted}), the MPS nodes have {have}",
+                f"is {factor:g} x as many tenants ({wanted}), the MPS nodes have {have}"
+                + ("" if factor == config.shared_reserve else STUCK_NOTE),
                 f"no GPU pod here: switched to {RESERVE_REPLICAS} MPS tenants per GPU, nothing evicted",
             ),
             # A fractional pod on a tenant rather than a whole GPU leaves the rest of that GPU to others.
@@ -127,6 +139,23 @@ def reserve(
         have += tenants
         shared_of[kind] += item.ctx.gpus
     return out
+
+
+def _factor(
+    planned: Sequence[Planned], running: Sequence[GpuPod], pool: Pool, config: PlannerConfig
+) -> float:
+    """``planner_shared_reserve``, at most 1 where a fractional pod that may not be evicted runs and whole-GPU pods
+    run or wait: a reserve node such pods take as tenants goes back to whole GPUs only once they all end."""
+    if config.shared_reserve <= 1 or all(pod.evictable for pod in running):
+        return config.shared_reserve
+    whole_running = any(
+        _needs_whole(request)
+        for item in planned
+        for pod in item.ctx.obs.pods
+        for request in packing.pod_requests(pod)
+    )
+    whole_pending = any(request.whole and count > EPS for request, count in pool)
+    return 1.0 if whole_running or whole_pending else config.shared_reserve
 
 
 def _pinned_label_keys(planned: Sequence[Planned], pool: Pool) -> tuple[str, ...]:
@@ -142,6 +171,11 @@ def _kind(item: Planned, keys: Sequence[str]) -> tuple[str, ...]:
     """What a pinned pod tells the node by: its GPU model and its values of the labels pods pin on."""
     labels = item.ctx.obs.node.labels
     return (item.ctx.model.name, *(labels.get(key, "") for key in keys))
+
+
+def _needs_whole(request: Request) -> bool:
+    """Whole GPUs, or ``nvidia.com/gpu`` with no declared share: a pod that asks the GPU of a node without MPS."""
+    return request.whole or (request.resource == GPU_RESOURCE and request.size is None)
 
 
 def _tenants_per_gpu(plan: NodePlan, catalog: Catalog) -> int:

@@ -105,9 +105,9 @@ def _scheduling(node: GpuNode) -> str:
     if node.held:
         hold = node.hold()
         if hold is None:
-            return "held by Slicewise (its annotation unreadable)"
+            return node.held_words()
         return (
-            f"held by Slicewise since {hold.since:%Y-%m-%d %H:%M} UTC, until its pods finish, for "
+            f"{node.held_words()}, until its pods finish, for "
             f"mig.config={hold.mig_config}, device-plugin.config={hold.device_plugin_config}"
         )
     if node.unschedulable:

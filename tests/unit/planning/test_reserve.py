@@ -156,3 +156,24 @@ def test_a_node_label_that_pods_pin_on_counts_as_a_kind_of_node_too(catalog: Cat
     pods = [fractional("a-1", "busy", 0.4), fractional("b-1", "busy", 0.4), by_name]
     plans = plan(catalog, (named(busy), pods), [named(only_x), named(t4("small", 2))])
     assert plans["only-x"].rule == RULE
+
+
+def test_fractional_pods_that_may_not_be_evicted_get_one_tenant_each_while_whole_gpu_pods_run(
+    catalog: Catalog,
+) -> None:
+    # Four 0.4-GPU pods and a whole-GPU pod on busy; two empty 2-GPU nodes (4 tenants each). Every pod may be
+    # evicted: 2 x 4 = 8 tenants wanted, both nodes join.
+    small = [fractional(f"p-{i}", "busy", 0.4) for i in range(4)]
+    whole = pod("w-1", "busy", GPU)
+    empty = [t4("s1", 2), t4("s2", 2)]
+    plans = plan(catalog, (t4("busy", 8), [*small, whole]), empty)
+    assert plans["s1"].rule == RULE and plans["s2"].rule == RULE
+    # One of them may not be evicted: a reserve node it lands on goes back to whole GPUs only once it ends, so
+    # the reserve is one tenant per pod (4): s1 alone, and the plan says why.
+    stuck = [dataclasses.replace(small[0], evictable=False), *small[1:]]
+    plans = plan(catalog, (t4("busy", 8), [*stuck, whole]), empty)
+    assert plans["s1"].rule == RULE and plans["s2"].action == KEEP
+    assert any("one per pod, not planner_shared_reserve's" in reason for reason in plans["s1"].reasons)
+    # No whole-GPU pod runs or waits: nothing to give a reserve node back to, so twice as many again.
+    plans = plan(catalog, (t4("busy", 8), stuck), empty)
+    assert plans["s1"].rule == RULE and plans["s2"].rule == RULE
