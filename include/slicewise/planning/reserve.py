@@ -145,11 +145,13 @@ def _factor(
     planned: Sequence[Planned], running: Sequence[GpuPod], pool: Pool, config: PlannerConfig
 ) -> float:
     """``planner_shared_reserve``, at most 1 where a fractional pod that may not be evicted runs and whole-GPU pods
-    run or wait: a reserve node such pods take as tenants goes back to whole GPUs only once they all end."""
+    run or wait: a reserve node such pods take as tenants goes back to whole GPUs only once they all end. A pod
+    that holds ``nvidia.com/gpu`` on a node without MPS and declares no share counts as a whole-GPU pod."""
     if config.shared_reserve <= 1 or all(pod.evictable for pod in running):
         return config.shared_reserve
     whole_running = any(
-        _needs_whole(request)
+        request.whole
+        or (item.ctx.replicas == 1 and request.resource == GPU_RESOURCE and request.size is None)
         for item in planned
         for pod in item.ctx.obs.pods
         for request in packing.pod_requests(pod)
@@ -171,11 +173,6 @@ def _kind(item: Planned, keys: Sequence[str]) -> tuple[str, ...]:
     """What a pinned pod tells the node by: its GPU model and its values of the labels pods pin on."""
     labels = item.ctx.obs.node.labels
     return (item.ctx.model.name, *(labels.get(key, "") for key in keys))
-
-
-def _needs_whole(request: Request) -> bool:
-    """Whole GPUs, or ``nvidia.com/gpu`` with no declared share: a pod that asks the GPU of a node without MPS."""
-    return request.whole or (request.resource == GPU_RESOURCE and request.size is None)
 
 
 def _tenants_per_gpu(plan: NodePlan, catalog: Catalog) -> int:

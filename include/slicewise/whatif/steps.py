@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 POLICIES = "static,packing,ideal"
+#: The replay's ``evictable`` rules that mean something on a cluster's history (it has no trace ``qos``).
+REVIEW_EVICTABLE = ("annotated", "all")
 log = logging.getLogger(__name__)
 
 
@@ -133,7 +135,7 @@ def run_review(
     from slicewise.costs.sources import published_hours
     from slicewise.planning.config import PlannerConfig
     from slicewise.whatif import report
-    from slicewise.whatif.engine import EVICTABLE, BacktestConfig
+    from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
     from slicewise.whatif.policies import (
@@ -161,8 +163,8 @@ def run_review(
         raise ReviewError(
             f"the MPS release values to compare must be in [0, 1], not {list(compare_mps_release_below)}"
         )
-    if evictable not in EVICTABLE:
-        raise ReviewError(f"evictable must be one of {', '.join(EVICTABLE)}, not {evictable!r}")
+    if evictable not in REVIEW_EVICTABLE:
+        raise ReviewError(f"evictable must be one of {', '.join(REVIEW_EVICTABLE)}, not {evictable!r}")
     if scale_down_delay_after_add_s < 0:
         raise ReviewError(
             f"the autoscaler's delay after a scale-up must be >= 0 s, not {scale_down_delay_after_add_s}"

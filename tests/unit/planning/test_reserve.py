@@ -174,6 +174,17 @@ def test_fractional_pods_that_may_not_be_evicted_get_one_tenant_each_while_whole
     plans = plan(catalog, (t4("busy", 8), [*stuck, whole]), empty)
     assert plans["s1"].rule == RULE and plans["s2"].action == KEEP
     assert any("one per pod, not planner_shared_reserve's" in reason for reason in plans["s1"].reasons)
-    # No whole-GPU pod runs or waits: nothing to give a reserve node back to, so twice as many again.
+    # No whole-GPU pod runs or waits: nothing to give a reserve node back to, so twice as many again. A pod that
+    # declares no share counts as a whole-GPU pod on a node of whole GPUs, not on an MPS node, where it holds a
+    # tenant (the MPS node's 2 tenants count too: 2 x 4 = 8 wanted, s1 and s2 bring 8 more).
     plans = plan(catalog, (t4("busy", 8), stuck), empty)
     assert plans["s1"].rule == RULE and plans["s2"].rule == RULE
+    tenant = observe(t4("m", 1, catalog.device_plugin_config_for(2)), pod("t-1", "m", GPU))
+    forecasts = Forecasts(tuple(whole_gpu_load("busy", 8, 0.4)), (), "p90", True)
+    observations = [observe(t4("busy", 8), *stuck), tenant, *(observe(n) for n in empty)]
+    config = PlannerConfig(max_change_share=1.0)
+    plans = {p.node: p for p in plan_fleet(observations, forecasts, catalog, config, NOW).nodes}
+    assert plans["s1"].rule == RULE and plans["s2"].rule == RULE
+    observations[1] = observe(t4("m", 1), pod("t-1", "m", GPU))
+    plans = {p.node: p for p in plan_fleet(observations, forecasts, catalog, config, NOW).nodes}
+    assert plans["s1"].rule == RULE and plans["s2"].action == KEEP

@@ -251,4 +251,4 @@ def test_the_review_replays_as_evictable_only_the_pods_that_opted_in_unless_told
     assert summary["evictable"] == "all"
     assert "may evict every pod" in (folder / "report.html").read_text()
     with pytest.raises(ReviewError, match="evictable must be one of"):
-        run_review(settings, DAY, until, "spread", ("whole-gpus",), evictable="best-effort-ish", **quiet)
+        run_review(settings, DAY, until, "spread", ("whole-gpus",), evictable="best-effort", **quiet)
