@@ -193,11 +193,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--evictable",
-        choices=(
-            "all",
-            "best-effort",
-            "annotated",
-        ),  # engine.EVICTABLE; literal: the parser imports nothing heavy
+        # engine.EVICTABLE, as a literal: the parser imports nothing heavy
+        choices=("all", "best-effort", "annotated"),
         default="all",
         help="which pods opt in to Slicewise's evictions: all (default), best-effort (the trace's qos BE) or "
         "annotated (with --prometheus: the pods whose slicewise.io/evictable=true kube-state-metrics exported; a "
