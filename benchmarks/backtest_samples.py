@@ -46,7 +46,10 @@ for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``
 replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal`` and the three
 ``sharing`` references pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
 summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
-``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods.
+``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods; with
+the group (the default) ``static-shared`` is replayed too (``static`` in that cluster setup, no planner), and each
+row and summary say how its wait compares with ``static``'s and how often the planner waits less or longer than
+it: what the hourly decisions add beyond the setup.
 ``--policy reactive`` or ``--policy oracle`` judges the same planner acting on what waits now or on the true next
 hour instead of ``packing``'s last hour (the tables then name that policy where they say ``packing``), so where
 foresight pays is measured over the samples too.
@@ -78,7 +81,7 @@ from backtest import LONG_WAIT_S, SAMPLES, TRACES, fleets, peak_rss_mib
 from slicewise.planning.config import PlannerConfig
 from slicewise.whatif.engine import BacktestConfig
 from slicewise.whatif.metrics import EVICTION_RULES, ClassWait
-from slicewise.whatif.policies import POLICIES, SHARING_FORMS, SHARING_MODES
+from slicewise.whatif.policies import POLICIES, SHARING_FORMS, SHARING_MODES, STATIC_SHARED
 from slicewise.whatif.report import class_means, format_table
 from slicewise.whatif.run import replay
 from slicewise.whatif.trace import (
@@ -320,6 +323,12 @@ class Tally:
     node_goal_references: Counter[str] = dataclasses.field(default_factory=Counter)
     # ... and the reference's median wait is no longer than static's: the node-hours are not bought with waits
     node_goal_references_no_longer: Counter[str] = dataclasses.field(default_factory=Counter)
+    # with the autoscaler's node group shared by MPS: the sample-fleets counted where static-shared (that setup,
+    # no planner) reaches the wait goal, and where the judged planner waits less / longer than it (> NOISE)
+    setup_goal: int = 0
+    beyond_setup: int = 0
+    behind_setup: int = 0
+    setup_replayed: bool = False
 
     def add(
         self,
@@ -362,13 +371,20 @@ class Tally:
             if self.clocks > 1
             else ""
         )
+        setup = (
+            f"; the node group shared by MPS alone ({STATIC_SHARED}: no planner) reaches the wait goal on "
+            f"{self.setup_goal}, and the planner waits less than it (by > {NOISE:.0%}) on {self.beyond_setup}, "
+            f"longer on {self.behind_setup}"
+            if self.setup_replayed
+            else ""
+        )
         return (
             f"issue 14's goals: the wait goal on {self.wait_goal} of {self.counted} sample-fleets (static >= 10 "
             f"min{clocks}; of the {self.counted - self.wait_goal} misses, ideal itself cuts less than "
             f"{GOAL_CUT:.0%} on {self.beyond}), {self.longer} waiting longer than static, small pods longer on "
             f"{self.small_longer}; "
             f"node-GPU-hours at >= {NODE_GOAL_SHARE:.0%} of ideal's cut (median) on {self.node_goal} of "
-            f"{self.fleets} variant-fleets, where {', '.join(could[:-1])}, and {could[-1]}"
+            f"{self.fleets} variant-fleets, where {', '.join(could[:-1])}, and {could[-1]}{setup}"
         )
 
 
@@ -451,6 +467,12 @@ def report(
     ]
     if paid:
         summary[0].append("paid GPU-h: share of ideal's cut")
+    # static-shared is replayed with the autoscaler's node group shared by MPS: what that setup alone is worth
+    setup = any(policy == STATIC_SHARED for figures in samples.values() for _, policy in figures)
+    if setup:
+        rows[0].append(f"{STATIC_SHARED} wait")
+        summary[0] += [f"{STATIC_SHARED}: wait vs static", f"{judged} vs {STATIC_SHARED}: shorter / longer"]
+        tally.setup_replayed = True
     for fleet in fleets(BacktestConfig.priced()):
         cuts, shares, reached, beyond, longer, small = [], [], 0, 0, 0, 0
         every_clock, some_clock = 0, 0
@@ -463,6 +485,8 @@ def report(
         paid_shares: list[float] = []
         reference_shares: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
         reference_waits: dict[str, list[float]] = {policy: [] for _, policy, _ in REFERENCES}
+        setup_cuts: list[float] = []
+        beyond_setup, behind_setup = 0, 0
         for offset, figures in samples.items():
             nodes, trace = load_sample(variant, offset)
             static, packing, ideal, sharing = (
@@ -517,8 +541,20 @@ def report(
                     *(_pct(reference_share[policy]) for _, policy, _ in REFERENCES),
                 ]
             )
+            shared = figures.get((fleet, STATIC_SHARED))
+            if shared is not None:
+                rows[-1].append(
+                    f"{-_cut(static.wait_mean_s, shared.wait_mean_s):+.1%}"
+                    if static.wait_mean_s >= 1
+                    else "n/a"
+                )
             if static.wait_mean_s < LONG_WAIT_S:
                 continue
+            if shared is not None:
+                setup_cuts.append(_cut(static.wait_mean_s, shared.wait_mean_s))
+                tally.setup_goal += _wait_goal(setup_cuts[-1], ideal_cut)
+                beyond_setup += packing.wait_mean_s < (1 - NOISE) * shared.wait_mean_s
+                behind_setup += packing.wait_mean_s > (1 + NOISE) * shared.wait_mean_s
             cuts.append(cut)
             shares.append(share or 0.0)
             if node_share is not None:
@@ -580,7 +616,10 @@ def report(
                 ),
             ]
             + ([_span(paid_shares)] if paid else [])
+            + ([_span(setup_cuts, signed=True), f"{beyond_setup} / {behind_setup}"] if setup else [])
         )
+        tally.beyond_setup += beyond_setup
+        tally.behind_setup += behind_setup
     return [format_table(rows), "", format_table(summary)]
 
 
@@ -694,6 +733,19 @@ def main() -> int:
                             run_one, variant, offset, fleet, "static", None, args.prefer_shared, autoscaler
                         )
                     ]
+                    if args.scale_down_unneeded_s is not None and args.shared_node_group:
+                        jobs[(variant, offset, fleet, STATIC_SHARED)] = [
+                            pool.submit(
+                                run_one,
+                                variant,
+                                offset,
+                                fleet,
+                                STATIC_SHARED,
+                                None,
+                                args.prefer_shared,
+                                autoscaler,
+                            )
+                        ]
                     jobs[(variant, offset, fleet, args.policy)] = [
                         pool.submit(
                             run_one,

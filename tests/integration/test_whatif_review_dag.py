@@ -64,6 +64,7 @@ def test_a_week_of_validated_hours_is_replayed_and_published(root: store.ObjectS
     assert summary["hours"] == {"read": 3, "missing_or_quarantined": 21, "unreadable": 0}
     assert list(summary["policies"]) == [
         "static",
+        "static-shared",  # the autoscaler's node group shared by MPS, without the planner
         "packing/whole-gpus",
         "packing/nodes",
         "packing, MPS release below 1",  # the Param's value, in the cluster's mode (whole-gpus)

@@ -271,6 +271,10 @@ REVIEW: dict[str, Any] = {
     "hours": {"read": 166, "missing_or_quarantined": 2},
     "trace": {"pods": 812, "nodes": 6},
     "model": {"scheduler": "spread", "scale_down_unneeded_s": 600.0, "shared_node_group": True},
+    "setup_choice": [
+        "the hourly decisions: packing waits 41 s, -88.3% against static-shared (350 s: the node group shared by MPS "
+        "without a planner; static 912 s); paid GPU-hours 3,950, -1.2% against static-shared's 3,998"
+    ],
     "consolidation_choice": [
         "packing: least wait with planner_consolidation=whole-gpus (41 s), fewest node-GPU-hours with nodes (3,310)"
     ],

@@ -300,6 +300,7 @@ def test_the_whatif_page_shows_the_newest_review_and_serves_its_report(api: Api,
     page = api.get("/slicewise/whatif").text
     assert "166 (2 missing or quarantined, 0 unreadable)" in page and "812, 6" in page
     assert "packing: least wait with planner_consolidation=whole-gpus (41 s)" in page
+    assert "-88.3% against static-shared (350 s: the node group shared by MPS without a planner" in page
     assert "packing with standby on (the setting): 41 s mean wait" in page
     assert "whole GPUs for pending-now: 37 s (-9.8%)" in page
     assert "paid GPU-hours 3,950 with the setting, 3,921 (-0.7%)" in page  # under an autoscaler

@@ -497,6 +497,7 @@ def _replay(args: argparse.Namespace, inputs: dict[str, Any], began: float) -> i
         print("\nEvictions by rule:")
         print(evictions)
     choices = (
+        report.setup_choice,
         report.consolidation_choice,
         report.standby_choice,
         report.whole_demand_choice,

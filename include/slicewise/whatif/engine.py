@@ -532,11 +532,11 @@ class Replay:
         tenants per GPU; cluster-autoscaler's ``priority`` expander ranks it first, and whole-GPU pods, which
         require unshared GPUs, fit only the other group). A pod that took a whole GPU of a new node for its
         fraction strands the rest of that GPU for its whole run (docs/backtest.md, "A node group shared by
-        MPS"). Policies that never share GPUs have no such group."""
+        MPS"). Policies that never share GPUs have no such group; ``static-shared`` has it without a planner."""
         node = self.fleet.nodes[index]
         if (
             self.config.shared_node_group
-            and self.policy.planner is not None
+            and self.policy.shares_gpus
             and ask.gpus == 1
             and ask.share <= 1 / RESERVE_REPLICAS
             and node.mig_config == MIG_OFF

@@ -5,6 +5,8 @@ policy        starts from              each hour
 ============  =======================  ==========================================================================
 static        whole GPUs, no sharing   nothing
 static-mig    the mixed fleet          nothing (one fixed layout: NVIDIA's ``all-balanced``, 3g + 2g + 2 x 1g)
+static-shared as static                nothing; the autoscaler adds nodes for fractional pods from the node group
+                                       shared by MPS, as for ``packing`` (``BacktestConfig.shared_node_group``)
 reactive      as static                Slicewise's ``packing`` planner on what is pending *now* and current load
 thresholds    as static                Slicewise's ``thresholds`` planner on the forecaster's predictions
 packing       as static                Slicewise's ``packing`` planner on the forecaster's predictions
@@ -15,6 +17,8 @@ ideal         every GPU shared         no planner: any request on any GPU with r
 Every planner policy starts from the same fleet as ``static`` and switches MIG on or off itself where demand
 calls for it. Nodes whose GPUs have no MIG (T4, V100, ...) are whole GPUs under every policy; the planner may
 share them by MPS. ``ideal`` (:mod:`slicewise.whatif.ideal`) is not a planner policy but the bound.
+``static-shared`` is ``packing``'s cluster setup without its hourly decisions: what ``packing`` gains beyond it is
+what the planner's decisions are worth (on a fleet without the replay's autoscaler it is ``static``).
 
 The mixed fleet of ``static-mig`` (a fixed layout cannot host whole-GPU pods, so some nodes must stay whole):
 the share of MIG-capable nodes with MIG disabled is the share of whole-GPU requests (in GPU-equivalents) among
@@ -36,6 +40,8 @@ SHARING = "sharing"
 SHARING_FORMS = "sharing-forms"
 SHARING_MODES = "sharing-modes"
 IDEAL_MODES = "ideal-modes"
+#: ``static`` in ``packing``'s cluster setup: what the setup alone is worth, without the planner's decisions.
+STATIC_SHARED = "static-shared"
 MIG_OFF, BALANCED, NO_SHARING = "all-disabled", "all-balanced", "default"
 
 
@@ -49,6 +55,15 @@ class Policy:
     standby: bool | None = None  # planner_standby for this policy; None: the backtest's
     whole_gpu_demand: str | None = None  # planner_whole_gpu_demand for this policy; None: the backtest's
     mps_release_below: float | None = None  # planner_mps_release_below for this policy; None: the backtest's
+    shared_setup: bool = (
+        False  # without a planner: the cluster setup of the policies that share GPUs all the same
+    )
+
+    @property
+    def shares_gpus(self) -> bool:
+        """Whether its cluster has the setup for sharing GPUs (the node group shared by MPS): every planner policy,
+        and ``static-shared``."""
+        return self.planner is not None or self.shared_setup
 
 
 def per_consolidation(policies: Sequence[Policy], modes: Sequence[str]) -> list[Policy]:
@@ -166,6 +181,7 @@ POLICIES: dict[str, Policy] = {
     for p in (
         Policy("static", False, None),
         Policy("static-mig", True, None),
+        Policy(STATIC_SHARED, False, None, shared_setup=True),
         Policy("reactive", False, "packing", NOW),
         Policy("thresholds", False, "thresholds", FORECAST),
         Policy("packing", False, "packing", FORECAST),

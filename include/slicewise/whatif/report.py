@@ -13,6 +13,7 @@ from slicewise.costs.plots import new_figure, png_base64
 from slicewise.whatif.metrics import EVICTION_RULES
 from slicewise.whatif.policies import (
     MPS_RELEASE_PREFIX,
+    STATIC_SHARED,
     other_whole_gpu_demand,
     standby_flipped_name,
     whole_demand_flipped_name,
@@ -82,6 +83,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
         "standby_choice": standby_choice(backtest),
         "whole_gpu_demand_choice": whole_demand_choice(backtest),
         "mps_release_choice": mps_release_choice(backtest),
+        "setup_choice": setup_choice(backtest),
     }
 
 
@@ -290,6 +292,27 @@ def mps_release_choice(backtest: Backtest) -> list[str]:
         for name in backtest.results
         if name.startswith(MPS_RELEASE_PREFIX)
         for line in _setting_choice(backtest, name, setting, name.removeprefix("packing, "))
+    ]
+
+
+def setup_choice(backtest: Backtest) -> list[str]:
+    """With ``static-shared`` replayed (``packing``'s cluster setup, the node group shared by MPS, without a
+    planner): one line of what ``packing``'s hourly decisions add beyond that setup — mean wait and paid
+    GPU-hours against it, and ``static``'s wait; none otherwise (docs/backtest.md, "What the hourly decisions add
+    beyond the setup")."""
+    planner = backtest.config.planner
+    setup = backtest.results.get(STATIC_SHARED)
+    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
+    static = backtest.results.get("static")
+    if setup is None or mine is None or static is None:
+        return []
+    return [
+        f"the hourly decisions: packing waits {mine.wait_mean_s:,.0f} s, "
+        f"{_change(setup.wait_mean_s, mine.wait_mean_s)} against {STATIC_SHARED} "
+        f"({setup.wait_mean_s:,.0f} s: the node group shared by MPS without a planner; static "
+        f"{static.wait_mean_s:,.0f} s); paid GPU-hours {mine.service_gpu_hours:,.0f}, "
+        f"{_change(setup.service_gpu_hours, mine.service_gpu_hours)} against {STATIC_SHARED}'s "
+        f"{setup.service_gpu_hours:,.0f}"
     ]
 
 

@@ -30,7 +30,13 @@ class Review:
 
 #: The summary's advice lines, in the order they are shown: the consolidation mode that waited least, and what
 #: the standby, whole-GPU demand and MPS release settings trade (slicewise.whatif.report writes them).
-CHOICES = ("consolidation_choice", "standby_choice", "whole_gpu_demand_choice", "mps_release_choice")
+CHOICES = (
+    "setup_choice",
+    "consolidation_choice",
+    "standby_choice",
+    "whole_gpu_demand_choice",
+    "mps_release_choice",
+)
 
 
 #: ``BacktestConfig.evictable`` in words.

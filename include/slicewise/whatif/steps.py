@@ -138,7 +138,9 @@ def run_review(
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
+    from slicewise.whatif.policies import POLICIES as ALL_POLICIES
     from slicewise.whatif.policies import (
+        STATIC_SHARED,
         parse_policies,
         per_consolidation,
         with_mps_release_compared,
@@ -199,6 +201,9 @@ def run_review(
         planner=planner,
     )
     policies = per_consolidation(parse_policies(POLICIES), modes)
+    if scale_down_unneeded_s is not None and shared_node_group:
+        # The setup without the planner: what the hourly decisions add beyond it (report.setup_choice).
+        policies = [policies[0], ALL_POLICIES[STATIC_SHARED], *policies[1:]]
     # Without the setting's own mode among ``modes`` there is no row of the setting to compare with.
     if compare_standby and planner.consolidation in modes:
         policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
@@ -252,6 +257,7 @@ def run_review(
         "standby_choice": summary["standby_choice"],
         "whole_gpu_demand_choice": summary["whole_gpu_demand_choice"],
         "mps_release_choice": summary["mps_release_choice"],
+        "setup_choice": summary["setup_choice"],
         "policies": {
             name: {
                 k: figures[k]

@@ -180,6 +180,13 @@ def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> 
         ("packing", True, 0.25, (200 + 100) / 2),  # n2 comes up shared by MPS: both tenants start at 1200
         ("packing", False, 0.25, (200 + 1100) / 2),  # n2 comes up whole: f2 waits for f1 to end at 2200
         ("static", True, 0.25, (200 + 1100) / 2),  # a policy that never shares GPUs has no shared group
+        (
+            "static-shared",
+            True,
+            0.25,
+            (200 + 100) / 2,
+        ),  # packing's cluster setup, no planner: the group all the same
+        ("static-shared", False, 0.25, (200 + 1100) / 2),
         ("packing", True, 0.6, (200 + 1100) / 2),  # a pod over half a GPU fits no tenant: the whole-GPU group
     ],
 )
@@ -203,6 +210,28 @@ def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by
     result = Replay(POLICIES[policy], pods, nodes, CATALOG, config, (0.0, 3000.0)).run()
     assert result.nodes_added == 1
     assert result.wait_by_class[FRACTIONAL].mean_s == pytest.approx(mean_wait_s)
+
+
+def test_static_shared_never_plans_and_on_a_fixed_fleet_is_static() -> None:
+    # Over ten hours with a fractional pod waiting behind a whole one: packing plans (and may share n1 by MPS);
+    # static-shared has the group but no planner, so on a fleet without the autoscaler it replays as static.
+    from slicewise.planning.config import PlannerConfig
+
+    config = BacktestConfig(planner=PlannerConfig(fallback="baseline", eviction_cost_s=0.0))
+    nodes = [TraceNode("n1", 1, "T4")]
+    pods = (
+        pod("w", 0, 20_000),
+        TracePod("f1", 100, 5000, 1, 0.25, "LS", ()),
+        TracePod("f2", 200, 5000, 1, 0.25, "LS", ()),
+    )
+    runs = {
+        name: Replay(POLICIES[name], pods, nodes, CATALOG, config, (0.0, 36_000.0)).run()
+        for name in ("static", "static-shared", "packing")
+    }
+    assert runs["packing"].planner_runs > 0
+    assert runs["static-shared"].planner_runs == runs["static"].planner_runs == 0
+    assert runs["static-shared"].headline() == runs["static"].headline()
+    assert runs["packing"].headline() != runs["static"].headline()
 
 
 def _shaped_replay(

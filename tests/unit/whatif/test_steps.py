@@ -60,7 +60,15 @@ def test_the_validated_hours_are_replayed_once_per_consolidation_mode_and_publis
     assert written["hours"] == summary["hours"] and written["model"]["scheduler"] == "spread"
     assert "least wait with planner_consolidation=" in (folder / "report.html").read_text()
     # What the "What-if" page reads (tests/plugins/fleet_data.REVIEW is shaped the same).
-    assert {"window", "hours", "trace", "model", "consolidation_choice", "standby_choice"} <= set(written)
+    assert {
+        "window",
+        "hours",
+        "trace",
+        "model",
+        "setup_choice",
+        "consolidation_choice",
+        "standby_choice",
+    } <= set(written)
     page_fields = {"wait_mean_s", "wait_cut_vs_static", "node_gpu_hours", "node_gpu_hours_cut_vs_static"}
     assert page_fields | {"service_gpu_hours", "pods_evicted", "still_waiting"} <= set(
         written["policies"]["packing/nodes"]
@@ -105,14 +113,27 @@ def test_under_an_autoscaler_the_review_replays_packing_per_other_mps_release_va
     until = DAY + timedelta(hours=4)
     quiet = {"compare_standby": False, "compare_whole_gpu_demand": False}
     summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), scale_down_unneeded_s=600, **quiet)
-    # The default values (0 and 1) less the setting's own.
-    assert list(summary["policies"]) == ["static", "packing", "packing, MPS release below 0", "ideal"]
+    # The default values (0 and 1) less the setting's own; static-shared: the node group without the planner.
+    assert list(summary["policies"]) == [
+        "static",
+        "static-shared",
+        "packing",
+        "packing, MPS release below 0",
+        "ideal",
+    ]
+    [setup] = summary["setup_choice"]
+    figures = summary["policies"]
+    assert setup.startswith(
+        f"the hourly decisions: packing waits {figures['packing']['wait_mean_s']:,.0f} s, "
+    )
+    assert f"against static-shared ({figures['static-shared']['wait_mean_s']:,.0f} s: " in setup
     [line] = summary["mps_release_choice"]
     assert line.startswith("packing with MPS release below 1 (the setting): ")
     assert "; MPS release below 0: " in line and "paid GPU-hours" in line
     # Without an autoscaler nothing reads the marks: no replay, no line.
     summary = run_review(settings, DAY, until, "spread", ("whole-gpus",), **quiet)
     assert list(summary["policies"]) == ["static", "packing", "ideal"] and summary["mps_release_choice"] == []
+    assert summary["setup_choice"] == []  # no autoscaler, no node group: static-shared would be static
     kept = load_settings(None, {"storage_root": str(root), "planner_keep_shaped": False})
     summary = run_review(kept, DAY, until, "spread", ("whole-gpus",), scale_down_unneeded_s=600, **quiet)
     assert summary["mps_release_choice"] == []  # planner_keep_shaped off: no marks either

@@ -349,3 +349,26 @@ def test_evictable_pods_and_holds_reach_the_replay_and_its_json(
     assert (some["model"]["evictable"], some["model"]["planner"]["cordon_to_drain"]) == ("best-effort", True)
     assert some["policies"]["packing"]["holds"] >= 0 and every["policies"]["packing"]["holds"] == 0
     assert main([*args, "--evictable", "latency-sensitive"]) == 2
+
+
+def test_static_shared_says_what_the_hourly_decisions_add_beyond_the_node_group(
+    small: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backtest", "--pods", str(small[0]), "--nodes", str(small[1]), "--workers", "1"]
+    ca = [*args, "--policies", "static,static-shared,packing", "--scale-down-unneeded-s", "600"]
+    assert main([*ca, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    figures = out["policies"]
+    [line] = out["setup_choice"]
+    assert line.startswith(
+        f"the hourly decisions: packing waits {figures['packing']['wait_mean_s']:,.0f} s, "
+    )
+    assert f"against static-shared ({figures['static-shared']['wait_mean_s']:,.0f} s: " in line
+    assert f"static {figures['static']['wait_mean_s']:,.0f} s)" in line
+    assert main(ca) == 0
+    assert line in capsys.readouterr().out  # the text output prints it too
+    # Without packing, or without static-shared, there is nothing to say.
+    assert (
+        main([*args, "--policies", "static,static-shared", "--scale-down-unneeded-s", "600", "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["setup_choice"] == []
