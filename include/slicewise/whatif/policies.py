@@ -55,9 +55,8 @@ class Policy:
     standby: bool | None = None  # planner_standby for this policy; None: the backtest's
     whole_gpu_demand: str | None = None  # planner_whole_gpu_demand for this policy; None: the backtest's
     mps_release_below: float | None = None  # planner_mps_release_below for this policy; None: the backtest's
-    shared_setup: bool = (
-        False  # without a planner: the cluster setup of the policies that share GPUs all the same
-    )
+    # Without a planner, the cluster setup of the policies that share GPUs all the same (static-shared).
+    shared_setup: bool = False
 
     @property
     def shares_gpus(self) -> bool:

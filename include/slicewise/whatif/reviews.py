@@ -28,8 +28,9 @@ class Review:
     has_html: bool
 
 
-#: The summary's advice lines, in the order they are shown: the consolidation mode that waited least, and what
-#: the standby, whole-GPU demand and MPS release settings trade (slicewise.whatif.report writes them).
+#: The summary's advice lines, in the order they are shown: what the hourly decisions add beyond the cluster setup
+#: (under an autoscaler with the node group shared by MPS), the consolidation mode that waited least, and what the
+#: standby, whole-GPU demand and MPS release settings trade (slicewise.whatif.report writes them).
 CHOICES = (
     "setup_choice",
     "consolidation_choice",
