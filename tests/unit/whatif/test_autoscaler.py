@@ -180,12 +180,8 @@ def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> 
         ("packing", True, 0.25, (200 + 100) / 2),  # n2 comes up shared by MPS: both tenants start at 1200
         ("packing", False, 0.25, (200 + 1100) / 2),  # n2 comes up whole: f2 waits for f1 to end at 2200
         ("static", True, 0.25, (200 + 1100) / 2),  # a policy that never shares GPUs has no shared group
-        (
-            "static-shared",
-            True,
-            0.25,
-            (200 + 100) / 2,
-        ),  # packing's cluster setup, no planner: the group all the same
+        # packing's cluster setup without a planner: the group all the same
+        ("static-shared", True, 0.25, (200 + 100) / 2),
         ("static-shared", False, 0.25, (200 + 1100) / 2),
         ("packing", True, 0.6, (200 + 1100) / 2),  # a pod over half a GPU fits no tenant: the whole-GPU group
     ],
