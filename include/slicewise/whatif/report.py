@@ -300,9 +300,8 @@ def setup_choice(backtest: Backtest) -> list[str]:
     planner): one line of what ``packing``'s hourly decisions add beyond that setup — mean wait and paid
     GPU-hours against it, and ``static``'s wait; none otherwise (docs/backtest.md, "What the hourly decisions add
     beyond the setup")."""
-    planner = backtest.config.planner
     setup = backtest.results.get(STATIC_SHARED)
-    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
+    mine = _packing_row(backtest)
     static = backtest.results.get("static")
     if setup is None or mine is None or static is None:
         return []
@@ -321,8 +320,7 @@ def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: 
     (``other``): mean wait and node-GPU-hours, or why the node-GPU-hours do not compare; with an autoscaler
     replayed, the paid GPU-hours too (what it removes is not in the node-GPU-hours); none without both."""
     flipped = backtest.results.get(flipped_name)
-    planner = backtest.config.planner
-    mine = backtest.results.get("packing") or backtest.results.get(f"packing/{planner.consolidation}")
+    mine = _packing_row(backtest)
     if flipped is None or mine is None:
         return []
     line = (
@@ -345,6 +343,13 @@ def _setting_choice(backtest: Backtest, flipped_name: str, setting: str, other: 
             f"{flipped.service_gpu_hours:,.0f} ({_change(mine.service_gpu_hours, flipped.service_gpu_hours)})"
         )
     return [line]
+
+
+def _packing_row(backtest: Backtest) -> PolicyResult | None:
+    """``packing`` under the planner's settings: the ``packing`` row, or ``packing/<the setting's mode>`` when
+    modes are compared."""
+    consolidation = backtest.config.planner.consolidation
+    return backtest.results.get("packing") or backtest.results.get(f"packing/{consolidation}")
 
 
 def _change(before: float, after: float) -> str:

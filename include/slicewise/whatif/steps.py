@@ -138,7 +138,6 @@ def run_review(
     from slicewise.whatif.engine import BacktestConfig
     from slicewise.whatif.fleet import SCHEDULERS
     from slicewise.whatif.history import trace_from_frames
-    from slicewise.whatif.policies import POLICIES as ALL_POLICIES
     from slicewise.whatif.policies import (
         STATIC_SHARED,
         parse_policies,
@@ -203,7 +202,7 @@ def run_review(
     policies = per_consolidation(parse_policies(POLICIES), modes)
     if scale_down_unneeded_s is not None and shared_node_group:
         # The setup without the planner: what the hourly decisions add beyond it (report.setup_choice).
-        policies = [policies[0], ALL_POLICIES[STATIC_SHARED], *policies[1:]]
+        policies = [policies[0], *parse_policies(STATIC_SHARED), *policies[1:]]
     # Without the setting's own mode among ``modes`` there is no row of the setting to compare with.
     if compare_standby and planner.consolidation in modes:
         policies = with_standby_flipped(policies, planner.standby, planner.consolidation)
