@@ -60,6 +60,8 @@ class Settings:
     planner_standby: bool
     planner_keep_shaped: bool
     planner_mps_release_below: float
+    planner_pinned_share: float
+    planner_pinned_memory_hours: float
     planner_rehome: str
     planner_eviction_cost_s: float
     planner_gpus_without_mig: bool

@@ -56,6 +56,11 @@ class PlannerConfig:
     # packing, with keep_shaped: nodes shared by MPS whose pods take more than this share of their tenants are
     # marked too (1: none; 0: every one that hosts pods) (planning.shaped)
     mps_release_below: float = 0.25
+    # packing: a node selector pods pinned themselves to whose nodes hold at most this share of the fleet's GPUs
+    # gets its nodes kept for them (planning.pinned); 0: off
+    pinned_share: float = 0.125
+    # a pin seen on a pod is remembered this long after a plan last saw it (planning.pinned)
+    pinned_memory_hours: float = 168.0
     # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"
     # (only while whole-GPU pods wait) or "off"
     rehome: str = "always"
@@ -103,6 +108,12 @@ class PlannerConfig:
             raise PlannerConfigError(
                 f"planner_mps_release_below must be in [0, 1], got {self.mps_release_below}"
             )
+        if not 0 <= self.pinned_share <= 1:
+            raise PlannerConfigError(f"planner_pinned_share must be in [0, 1], got {self.pinned_share}")
+        if not self.pinned_memory_hours >= 0:  # NaN too
+            raise PlannerConfigError(
+                f"planner_pinned_memory_hours cannot be negative, got {self.pinned_memory_hours}"
+            )
         if not 0 <= self.shared_reserve <= 100 or math.isnan(self.shared_reserve):
             raise PlannerConfigError(f"planner_shared_reserve must be in [0, 100], got {self.shared_reserve}")
 
@@ -127,6 +138,8 @@ class PlannerConfig:
             standby=settings.planner_standby,
             keep_shaped=settings.planner_keep_shaped,
             mps_release_below=settings.planner_mps_release_below,
+            pinned_share=settings.planner_pinned_share,
+            pinned_memory_hours=settings.planner_pinned_memory_hours,
             rehome=settings.planner_rehome,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,
             split_layouts=settings.planner_split_layouts,

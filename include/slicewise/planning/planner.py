@@ -24,6 +24,7 @@ from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import EPS, Pool, Request, request_for
 from slicewise.planning.holds import settle
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
+from slicewise.planning.pinned import pinned
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.rehome import note as rehome_note
 from slicewise.planning.rehome import rehome
@@ -40,6 +41,7 @@ from slicewise.planning.types import (
     FleetPlan,
     NodeObservation,
     NodePlan,
+    Pin,
 )
 
 WITHOUT_MIG = "GPUs without MIG, and planner_gpus_without_mig=false: left alone"
@@ -51,8 +53,10 @@ def plan_fleet(
     catalog: Catalog,
     config: PlannerConfig,
     now: datetime,
+    remembered: Sequence[Pin] = (),
 ) -> FleetPlan:
-    """The plan for every observed node; pure: same inputs, same plan."""
+    """The plan for every observed node; pure: same inputs, same plan (``remembered``: the previous plan's
+    ``pins``)."""
     pool = demand_pool(forecasts, config.whole_gpu_demand)
     notes = []
     acting = forecasts.trusted or config.fallback == "baseline"
@@ -103,7 +107,15 @@ def plan_fleet(
     budgeted = [settle(plan, nodes[plan.node]) for plan in _apply_budget(plans, config, nodes)]
     final = {plan.node: plan for plan in budgeted}
     shaping = config.policy == "packing" and acting
-    listed = standby(planned, final) if shaping and config.standby else Standby()
+    kept_for_pins = pinned(
+        observations,
+        forecasts,
+        remembered,
+        now,
+        config.pinned_memory_hours,
+        config.pinned_share if shaping else 0.0,
+    )
+    listed = standby(planned, final, set(kept_for_pins.nodes)) if shaping and config.standby else Standby()
     kept = (
         kept_from_scale_down(planned, final, config.mps_release_below)
         if shaping and config.keep_shaped
@@ -114,7 +126,9 @@ def plan_fleet(
     if moves:
         notes.append(rehome_note(moves))
     if listed.grades:
-        notes.append(_standby_note(listed.grades))
+        notes.append(_standby_note(listed.grades, bool(set(listed.grades[0]) & set(kept_for_pins.nodes))))
+    if kept_for_pins.scarce:
+        notes.append(_pinned_note(kept_for_pins.scarce, kept_for_pins.nodes))
     if kept:
         mps = (
             f", and nodes shared by MPS with more than {config.mps_release_below:.0%} of their tenants taken"
@@ -135,6 +149,20 @@ def plan_fleet(
         standby_grades=listed.grades,
         scale_down_disabled=kept,
         moves=moves,
+        pins=kept_for_pins.pins,
+        scarce_pins=kept_for_pins.scarce,
+        pinned_nodes=kept_for_pins.nodes,
+    )
+
+
+def _pinned_note(scarce: Sequence[Pin], nodes: Sequence[str]) -> str:
+    """What the plan keeps for pinned pods (:mod:`slicewise.planning.pinned`)."""
+    return (
+        f"kept for pinned pods: {len(nodes)} nodes that only pods pinned to "
+        + "; ".join(f"{pin.describe()} (last seen {pin.seen:%Y-%m-%d %H:%M})" for pin in scarce)
+        + " may use among few others; those without MIG or MPS carry every standby taint, in use or not, and "
+        "cluster-autoscaler's priority expander should rank their node groups below the others"
+        + (f": {_shown(list(nodes))}" if nodes else "")
     )
 
 
@@ -156,11 +184,17 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
     ]
 
 
-def _standby_note(grades: Sequence[Sequence[str]]) -> str:
-    """What the standby lists (:mod:`slicewise.planning.standby`) tell the scheduler, grade by grade."""
+def _standby_note(grades: Sequence[Sequence[str]], pinned: bool = False) -> str:
+    """What the standby lists (:mod:`slicewise.planning.standby`) tell the scheduler, grade by grade (``pinned``:
+    they hold nodes kept for pinned pods, which may be in use)."""
     first, *larger = grades
+    which = (
+        "nodes without MIG or MPS (the empty ones and those kept for pinned pods)"
+        if pinned
+        else "empty nodes without MIG or MPS"
+    )
     return (
-        f"standby: {len(first)} empty nodes without MIG or MPS get the taint {STANDBY_TAINTS[0]} (opened only "
+        f"standby: {len(first)} {which} get the taint {STANDBY_TAINTS[0]} (opened only "
         f"when no node in use fits; apply mode writes the taints): {_shown(first)}"
         + "".join(
             f"; the {len(names)} larger than the fleet's {('', 'second ', 'third ')[grade]}smallest also "

@@ -16,13 +16,14 @@ score is normalised by the most taints any fitting node has, so with four grades
 in the cluster (docs/backtest.md, "Graded standby", has the figures). Empty MPS nodes (the shared reserve's) are
 left open: tainting them, fractional pods queue behind whole ones. A preference, never a refusal; a node that
 gets a pod leaves the lists at the next plan. A node this plan's consolidation empties for release (``nodes``) is
-listed at once: the drain's cordon is lifted before the next plan. On by default (``planner_standby``; off:
-nothing is listed, and apply mode clears every standby taint).
+listed at once: the drain's cordon is lifted before the next plan. The nodes the plan keeps for pinned pods
+(:mod:`slicewise.planning.pinned`) are listed in use or not, one taint above the largest size. On by default
+(``planner_standby``; off: nothing is listed, and apply mode clears every standby taint).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from slicewise.cluster.base import STANDBY_TAINTS
@@ -37,17 +38,27 @@ class Standby:
     grades: tuple[tuple[str, ...], ...] = ()
 
 
-def standby(planned: Sequence[Planned], plans: Mapping[str, NodePlan]) -> Standby:
-    """The nodes to carry the standby taints (``plans``: every node's final plan)."""
+def standby(
+    planned: Sequence[Planned], plans: Mapping[str, NodePlan], pinned: Collection[str] = ()
+) -> Standby:
+    """The nodes to carry the standby taints (``plans``: every node's final plan; ``pinned``: the nodes kept for
+    pinned pods, :mod:`slicewise.planning.pinned`, in use or not: one taint more than the fleet's largest size
+    gets, up to all four, so that a pod that may run anywhere goes to them only when no other node fits, or none
+    but the fleet's largest where it has four sizes or more)."""
     sizes = sorted({item.ctx.gpus for item in planned})
+    last = min(len(sizes) + 1, len(STANDBY_TAINTS))
     graded = sorted(
-        (item.ctx.name, min(sizes.index(item.ctx.gpus) + 1, len(STANDBY_TAINTS)))
+        (
+            item.ctx.name,
+            last if item.ctx.name in pinned else min(sizes.index(item.ctx.gpus) + 1, len(STANDBY_TAINTS)),
+        )
         for item in planned
         if item.ctx.layout is None
         and item.ctx.replicas == 1
         and (
             (not item.ctx.obs.pods and plans[item.ctx.name].action != CHANGE)
             or _emptied_for_release(plans[item.ctx.name])
+            or (item.ctx.name in pinned and plans[item.ctx.name].action != CHANGE)
         )
     )
     top = max((grade for _, grade in graded), default=0)

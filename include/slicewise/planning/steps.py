@@ -16,7 +16,7 @@ from slicewise.forecasting import forecasts as forecasts_mod
 from slicewise.planning import report, storage
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.planner import plan_fleet
-from slicewise.planning.types import NodeObservation
+from slicewise.planning.types import NodeObservation, Pin
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -69,7 +69,8 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
     """Plan from the run folder's forecasts and observations; write the plan; return the run's summary."""
     forecasts = storage.read_forecasts(folder / storage.FORECASTS)
     observations = storage.read_observations(folder / storage.OBSERVED)
-    plan = plan_fleet(observations, forecasts, load_catalog(), PlannerConfig.from_settings(settings), now)
+    config = PlannerConfig.from_settings(settings)
+    plan = plan_fleet(observations, forecasts, load_catalog(), config, now, remembered_pins(settings))
     if advice := review_advice(settings, now):
         plan = dataclasses.replace(plan, notes=(*plan.notes, *advice))
     paths = storage.write_plan(folder, plan)
@@ -86,6 +87,18 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
         ],
         "paths": paths,
     }
+
+
+def remembered_pins(settings: Settings) -> tuple[Pin, ...]:
+    """The pins the newest published plan saw (planning.pinned). One that cannot be read costs the plan only its
+    memory: logged, and the plan starts from the pins it sees now."""
+    from slicewise import store
+
+    try:
+        return storage.latest_pins(store.storage_path(settings.storage_root))
+    except Exception:
+        log.warning("the newest plan's pins could not be read; this plan remembers none", exc_info=True)
+        return ()
 
 
 def review_advice(settings: Settings, now: datetime) -> list[str]:

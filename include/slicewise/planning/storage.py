@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import GpuNode, GpuPod, Taint
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import report
-from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, PodMove
+from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, Pin, PodMove
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -30,7 +31,14 @@ def run_folder(root: ObjectStoragePath, run_id: str) -> ObjectStoragePath:
 
 def _write(path: ObjectStoragePath, payload: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, sort_keys=True, allow_nan=True))
+    path.write_text(json.dumps(payload, indent=1, sort_keys=True, allow_nan=True, default=_iso))
+
+
+def _iso(value: Any) -> str:
+    """Datetimes (a pin's last sighting) as ISO 8601; anything else JSON cannot hold is a bug."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _read(path: ObjectStoragePath) -> Any:
@@ -152,7 +160,31 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         moves=tuple(  # none in plans before planner_rehome
             PodMove(**{**move, "to": tuple(move["to"])}) for move in raw.get("moves", ())
         ),
+        # none in plans before planner_pinned_share
+        pins=_pins(raw.get("pins", ())),
+        scarce_pins=_pins(raw.get("scarce_pins", ())),
+        pinned_nodes=tuple(raw.get("pinned_nodes", ())),
     )
+
+
+def _pins(raw: Sequence[Mapping[str, Any]]) -> tuple[Pin, ...]:
+    return tuple(
+        Pin(
+            tuple((str(label), tuple(str(v) for v in values)) for label, values in pin["selector"]),
+            datetime.fromisoformat(pin["seen"]),
+        )
+        for pin in raw
+    )
+
+
+def latest_pins(root: ObjectStoragePath) -> tuple[Pin, ...]:
+    """The pins of the newest published plan (:func:`mark_latest`), which the next plan remembers; none before
+    the first plan."""
+    latest = root / "plans" / LATEST
+    if not latest.exists():
+        return ()
+    path = run_folder(root, _read(latest)["run_id"]) / PLAN_JSON
+    return read_plan(path).pins if path.exists() else ()
 
 
 def _standby_grades(raw: dict[str, Any]) -> tuple[tuple[str, ...], ...]:

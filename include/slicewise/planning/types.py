@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from slicewise.cluster.base import GpuNode, GpuPod
 
@@ -69,6 +70,18 @@ class PodMove:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """A node selector pods pinned themselves to (label -> allowed values, sorted), and when a plan last saw a pod
+    with it (planning.pinned)."""
+
+    selector: tuple[tuple[str, tuple[str, ...]], ...]
+    seen: datetime
+
+    def describe(self) -> str:
+        return ", ".join(f"{label} in {'|'.join(values)}" for label, values in self.selector)
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     policy: str
     predictor: str
@@ -82,6 +95,11 @@ class FleetPlan:
     scale_down_disabled: tuple[str, ...] = ()
     # fractional pods to evict from whole GPUs so they run on free MPS tenants (planning.rehome)
     moves: tuple[PodMove, ...] = ()
+    # node selectors pods pinned themselves to, remembered for the next plan (planning.pinned)
+    pins: tuple[Pin, ...] = ()
+    # the pins whose nodes hold at most planner_pinned_share of the GPUs, and those nodes: kept for the pinned pods
+    scarce_pins: tuple[Pin, ...] = ()
+    pinned_nodes: tuple[str, ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

@@ -131,6 +131,13 @@ def register(subparsers: Any) -> None:
         "(--scale-down-unneeded-s) does not drain them (planner_keep_shaped; default as production)",
     )
     parser.add_argument(
+        "--pinned-share",
+        type=float,
+        default=PlannerConfig().pinned_share,
+        help="the planner keeps the nodes of a pin (a gpu_spec) whose nodes hold at most this share of the GPUs for "
+        "the pods pinned there (planner_pinned_share; default 0.125, as production; 0: none)",
+    )
+    parser.add_argument(
         "--mps-release-below",
         type=float,
         default=PlannerConfig().mps_release_below,
@@ -401,6 +408,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--release-min-pod-age-h must be >= 0")
     if not 0 <= args.mps_release_below <= 1:
         raise ValueError("--mps-release-below must be in [0, 1]")
+    if not 0 <= args.pinned_share <= 1:
+        raise ValueError("--pinned-share must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
         raise ValueError("--shared-reserve must be in [0, 100]")
     if args.days is not None and args.days <= 0:
@@ -442,6 +451,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             standby=args.standby,
             keep_shaped=args.keep_shaped,
             mps_release_below=args.mps_release_below,
+            pinned_share=args.pinned_share,
             rehome=args.rehome,
             whole_gpu_demand=args.whole_gpu_demand,
         ),

@@ -53,9 +53,10 @@ from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesFor
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
+from slicewise.planning.pinned import allows_any
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.reserve import RESERVE_REPLICAS
-from slicewise.planning.types import DRAIN, UNCORDON, DesiredState, NodeObservation, NodePlan, PodMove
+from slicewise.planning.types import DRAIN, UNCORDON, DesiredState, NodeObservation, NodePlan, Pin, PodMove
 from slicewise.whatif.fleet import EPS, FIRST_FIT, Ask, ReplayFleet, SimNode
 from slicewise.whatif.gpus import FleetModels, resolve_models
 from slicewise.whatif.metrics import (
@@ -219,6 +220,7 @@ class Replay:
         self.last_event = -math.inf
         self.last_scale_up = -math.inf  # when the autoscaler last added a node
         self.kept: set[int] = set()  # nodes the last plan marked scale-down-disabled (planning.shaped)
+        self.pins: tuple[Pin, ...] = ()  # the last plan's, for the next (planning.pinned)
         self.last_plan_changed = True
         self.last_change_any = -math.inf
         self.demand_of = [p.gpus * p.share for p in pods]
@@ -572,9 +574,14 @@ class Replay:
         if quiet:
             return
         plan = plan_fleet(
-            self._observations(now), self._forecasts(now), self.catalog, self.planner, _moment(now)
+            self._observations(now), self._forecasts(now), self.catalog, self.planner, _moment(now), self.pins
         )
         self.meter.planned()
+        self.pins = plan.pins
+        self.fleet.added_last[:] = [
+            bool(plan.scarce_pins) and allows_any(plan.scarce_pins, {TRACE_MODEL_LABEL: node.kind})
+            for node in self.fleet.nodes
+        ]
         self.fleet.taints[:] = 0
         for listed in plan.standby_grades:
             self.fleet.taints[[self.index[name] for name in listed]] += 1

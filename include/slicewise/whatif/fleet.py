@@ -222,6 +222,9 @@ class ReplayFleet:
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
         self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
+        # Nodes the last plan kept for pinned pods (planning.pinned): the autoscaler adds them last for a pod that
+        # may run anywhere, as the priority expander ranks their node groups.
+        self.added_last = np.zeros(len(nodes), dtype=bool)
         # Since when the autoscaler has found the node unneeded (NaN: it has not): the node carries its soft taint
         # (DeletionCandidateOfClusterAutoscaler, PreferNoSchedule), one more untolerated taint on top of the
         # planner's, and is removed once unneeded for the autoscaler's unneeded time. The replay sets it and decides
@@ -265,6 +268,7 @@ class ReplayFleet:
         twin.nodes_by_free_whole = Counter(self.nodes_by_free_whole)
         twin.allocated, twin.up, twin.mps = self.allocated.copy(), self.up.copy(), self.mps.copy()
         twin.released, twin.taints = self.released.copy(), self.taints.copy()
+        twin.added_last = self.added_last.copy()
         twin.unneeded_since, twin.unbilled = self.unneeded_since.copy(), self.unbilled.copy()
         twin.owned = set()
         return twin
@@ -464,14 +468,17 @@ class ReplayFleet:
 
     def to_add(self, ask: Ask, exclude: Collection[int] = ()) -> int | None:
         """The released node the autoscaler adds for a request no node in service fits (by position), or None:
-        the smallest that hosts it, then the first in name order (the ``least-waste`` expander's choice)."""
+        for a pod that names no GPU model, one the last plan did not keep for pinned pods where one fits (the
+        ``priority`` expander ranks those groups last), then the smallest that hosts it, then the first in name
+        order (the ``least-waste`` expander's choice)."""
         candidates = np.flatnonzero(self.released & self.eligible(ask.models))
         fitting = [
             int(i)
             for i in candidates
             if int(i) not in exclude and self.nodes[i].fit(ask.gpus, ask.share) is not None
         ]
-        return min(fitting, key=lambda i: (self.sizes[i], i)) if fitting else None
+        last = self.added_last if not ask.models else np.zeros(len(self.nodes), dtype=bool)
+        return min(fitting, key=lambda i: (bool(last[i]), self.sizes[i], i)) if fitting else None
 
     def fragmentation(self, requests: Counter[tuple[int, float]]) -> float | None:
         """The expected share of free capacity that cannot host a request drawn from ``requests`` ((gpus,

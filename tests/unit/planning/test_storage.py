@@ -7,11 +7,13 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from slicewise import store
 from slicewise.cluster.base import GpuNode, GpuPod, Taint
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesForecast
 from slicewise.planning import storage
-from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, PodMove
+from slicewise.planning.types import DesiredState, FleetPlan, NodeObservation, NodePlan, Pin, PodMove
 
 
 def test_forecasts_read_back_with_the_pending_pods_model_and_label_pins(tmp_path: Path) -> None:
@@ -99,3 +101,44 @@ def test_a_plan_reads_back_with_its_autoscaler_marks_and_moves_and_an_older_plan
     del older["moves"]  # and before planner_rehome
     plan_json.write_text(json.dumps(older))
     assert (storage.read_plan(plan_json).scale_down_disabled, storage.read_plan(plan_json).moves) == ((), ())
+
+
+def test_a_plans_pins_read_back_and_the_newest_published_plan_hands_them_to_the_next(tmp_path: Path) -> None:
+    root = store.storage_path(tmp_path.as_uri())
+    assert storage.latest_pins(root) == ()  # no plan published yet
+    seen = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    pin = Pin((("nvidia.com/gpu.product", ("Tesla-P100-PCIE-16GB",)),), seen)
+    written = FleetPlan(
+        "packing", "v1", True, 60, (), pins=(pin,), scarce_pins=(pin,), pinned_nodes=("p100-1",)
+    )
+    storage.write_plan(storage.run_folder(root, "run-1"), written)
+    assert storage.read_plan(storage.run_folder(root, "run-1") / storage.PLAN_JSON) == written
+    storage.mark_latest(root, "run-1", seen)
+    assert storage.latest_pins(root) == (pin,)
+    # A plan written before planner_pinned_share reads back with none.
+    plan_json = storage.run_folder(root, "run-1") / storage.PLAN_JSON
+    older = json.loads(plan_json.read_text())
+    for key in ("pins", "scarce_pins", "pinned_nodes"):
+        del older[key]
+    plan_json.write_text(json.dumps(older))
+    assert storage.latest_pins(root) == ()
+
+
+def test_the_next_plan_remembers_the_newest_plans_pins_and_none_when_that_plan_cannot_be_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from slicewise.planning.steps import remembered_pins
+    from slicewise.settings import load_settings
+
+    settings = load_settings(None, {"storage_root": tmp_path.as_uri()})
+    root = store.storage_path(settings.storage_root)
+    seen = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    pin = Pin((("pool", ("p100",)),), seen)
+    storage.write_plan(
+        storage.run_folder(root, "run-1"), FleetPlan("packing", "v1", True, 60, (), pins=(pin,))
+    )
+    storage.mark_latest(root, "run-1", seen)
+    assert remembered_pins(settings) == (pin,)
+    (storage.run_folder(root, "run-1") / storage.PLAN_JSON).write_text("{not json")
+    assert remembered_pins(settings) == ()
+    assert "the newest plan's pins could not be read; this plan remembers none" in caplog.text

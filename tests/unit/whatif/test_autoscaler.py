@@ -391,3 +391,27 @@ def test_the_look_ahead_runs_the_autoscalers_drains_and_leaves_the_replay_as_it_
     unwatched, plain = runs[False]
     assert unwatched.seen == watched.seen
     assert (plain.wait_mean_s, plain.service_gpu_hours) == (result.wait_mean_s, result.service_gpu_hours)
+
+
+@pytest.mark.parametrize(("pinned_share", "waits"), [(0.125, (0, 200, 200)), (0.0, (0, 200, 19_200))])
+def test_the_autoscaler_adds_a_node_kept_for_pinned_pods_last_for_a_pod_that_may_run_anywhere(
+    pinned_share: float, waits: tuple[float, float, float]
+) -> None:
+    # The fleet's one P100 node (2 of 18 GPUs) runs a pod pinned to P100 until 5000 s; the plan at 3600 s sees the
+    # pin, and since those GPUs are at most an eighth of the fleet's it keeps the node for pinned pods. Every node
+    # is removed once empty (the T4s at 600 s, the P100 at 5600 s). At 6000 s a 2-GPU pod that may run anywhere
+    # fits no node in service: least-waste alone adds the P100 node (the smallest that fits, 200 s to come up);
+    # ranked last, a T4 node comes up instead, so at 7000 s the next P100-pinned pod waits only for the P100
+    # node's own scale-up, not for the 2-GPU pod's 20,000 s. No pod opted in to evictions.
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, pinned_share=pinned_share)
+    config = dataclasses.replace(AUTOSCALED, planner=planner, evictable="best-effort")
+    nodes = [TraceNode("n1", 2, "P100"), TraceNode("n2", 8, "T4"), TraceNode("n3", 8, "T4")]
+    pods = (
+        TracePod("pinned-1", 0, 5000, 1, 1.0, "LS", ("P100",)),
+        TracePod("anywhere", 6000, 20_000, 2, 1.0, "LS", ()),
+        TracePod("pinned-2", 7000, 1000, 1, 1.0, "LS", ("P100",)),
+    )
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
+    assert result.wait_mean_s == pytest.approx(sum(waits) / 3)

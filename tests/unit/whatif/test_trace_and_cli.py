@@ -139,6 +139,8 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --release-min-pod-age-h must be >= 0")
     assert main([*args, "--mps-release-below", "-0.1"]) == 2
     assert capsys.readouterr().err.startswith("error: --mps-release-below must be in [0, 1]")
+    assert main([*args, "--pinned-share", "1.5"]) == 2
+    assert capsys.readouterr().err.startswith("error: --pinned-share must be in [0, 1]")
     assert main([*args, "--shared-reserve", "-1"]) == 2
     assert capsys.readouterr().err.startswith("error: --shared-reserve must be in [0, 100]")
     assert main([*args, "--node-share", "0.5", "--node-offset", "2"]) == 2
@@ -190,6 +192,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert scaled["model"]["planner"]["mps_release_below"] == 0.25  # planner_mps_release_below, as production
     assert main([*args, "--scale-down-unneeded-s", "600", "--mps-release-below", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["mps_release_below"] == 1.0
+    assert scaled["model"]["planner"]["pinned_share"] == 0.125  # planner_pinned_share, as production
+    assert main([*args, "--pinned-share", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["pinned_share"] == 0.0
     assert scaled["model"]["plan_offset_s"] == 0  # plans on the hour unless asked
     assert main([*args, "--plan-offset-s", "900"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["plan_offset_s"] == 900

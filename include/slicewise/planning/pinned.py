@@ -1,0 +1,86 @@
+"""Pinned nodes: the few nodes that some pods may only run on, kept for them.
+
+A pod that pins itself to a kind of node (its node selector: a GPU product, say) can wait only for those nodes. When
+they are few, one pod that could have run anywhere and lands there shuts the pinned pods out for its whole run: on
+the public ``gpuspec10`` trace a 2-GPU pod without a pin took the fleet's only P100 node for 250 hours while up to
+36 P100-pinned pods queued, and no plan could move it (it had not opted in to evictions). Kubernetes' scheduler
+and cluster-autoscaler's ``least-waste`` expander both pick such a node readily: it is small, so it is the tightest
+fit and, empty, the standby taints of :mod:`slicewise.planning.standby` mark it least.
+
+So the planner remembers the selectors pods pinned themselves to (a running pod's ``node_selector``, a pending
+request's ``selector``), each for ``planner_pinned_memory_hours`` after it was last seen (the plan carries them to
+the next one: pins come and go over days, and a plan sees only the pods of this hour), and calls a selector
+*scarce* when the nodes it allows hold at most ``planner_pinned_share`` of the fleet's GPUs (or none: then the
+autoscaler's groups of that kind are all its pods have). The nodes a scarce selector allows are kept for the
+pinned pods: those without MIG or MPS carry one standby taint more than the fleet's largest size, in use or not
+(:mod:`slicewise.planning.standby`; a pod that fits elsewhere goes elsewhere, a pinned pod fits nowhere else and
+still gets them), and the plan lists the scarce selectors for cluster-autoscaler's priority expander, which should
+rank their node groups last (a pinned pod's scale-up has no other group, so it still gets one). A preference,
+never a refusal; no pod is evicted for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from slicewise.cluster.base import selector_allows
+from slicewise.forecasting.forecasts import Forecasts
+from slicewise.planning.demand import Selector
+from slicewise.planning.types import NodeObservation, Pin
+
+
+@dataclass(frozen=True)
+class Pinned:
+    #: Every pin remembered, in selector order: what the next plan starts from.
+    pins: tuple[Pin, ...] = ()
+    #: The scarce ones: their nodes hold at most ``planner_pinned_share`` of the fleet's GPUs.
+    scarce: tuple[Pin, ...] = ()
+    #: The nodes a scarce pin allows, in name order.
+    nodes: tuple[str, ...] = ()
+
+
+def seen_now(observations: Iterable[NodeObservation], forecasts: Forecasts) -> set[Selector]:
+    """The node selectors of the pods running now and of the requests pending."""
+    seen = {_normal(pod.node_selector.items()) for obs in observations for pod in obs.pods}
+    seen |= {_normal(d.node_selector) for d in forecasts.demand}
+    seen.discard(())
+    return seen
+
+
+def pinned(
+    observations: Sequence[NodeObservation],
+    forecasts: Forecasts,
+    remembered: Sequence[Pin],
+    now: datetime,
+    memory_hours: float,
+    share: float,
+) -> Pinned:
+    """The pins to remember (``remembered``: the previous plan's) and the nodes kept for the scarce ones (none
+    with ``share`` 0)."""
+    last_seen = {
+        pin.selector: pin.seen for pin in remembered if now - pin.seen <= timedelta(hours=memory_hours)
+    }
+    last_seen.update(dict.fromkeys(seen_now(observations, forecasts), now))
+    pins = tuple(Pin(selector, seen) for selector, seen in sorted(last_seen.items()))
+    if share <= 0:
+        return Pinned(pins)
+    fleet_gpus = sum(obs.node.gpu_count for obs in observations)
+    scarce: list[Pin] = []
+    nodes: set[str] = set()
+    for pin in pins:
+        allowed = [obs.node for obs in observations if selector_allows(pin.selector, obs.node.labels)]
+        if sum(node.gpu_count for node in allowed) <= share * fleet_gpus:
+            scarce.append(pin)
+            nodes.update(node.name for node in allowed)
+    return Pinned(pins, tuple(scarce), tuple(sorted(nodes)))
+
+
+def allows_any(pins: Iterable[Pin], labels: Mapping[str, str]) -> bool:
+    """Whether a node with ``labels`` is one some pin allows."""
+    return any(selector_allows(pin.selector, labels) for pin in pins)
+
+
+def _normal(selector: Iterable[tuple[str, Iterable[str]]]) -> Selector:
+    return tuple(sorted((label, tuple(sorted(values))) for label, values in selector))

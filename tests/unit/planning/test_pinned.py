@@ -1,0 +1,116 @@
+"""Pinned nodes: the few nodes some pods may only run on, kept for them (planning.pinned); every figure by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from slicewise.catalog import Catalog
+from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.forecasting.forecasts import DemandForecast, Forecasts
+from slicewise.planning.config import PlannerConfig, PlannerConfigError
+from slicewise.planning.pinned import pinned
+from slicewise.planning.planner import plan_fleet
+from slicewise.planning.types import FleetPlan, NodeObservation, Pin
+
+from .conftest import NOW, node, observe, pod, whole_gpu_load
+
+GPU = "nvidia.com/gpu"
+POOL = "example.com/pool"
+OLD = (POOL, ("old",))
+P100 = ((POOL, ("p100",)),)
+CONFIG = PlannerConfig(max_change_share=1.0, shared_reserve=0.0, pinned_share=0.25)
+
+
+def pooled(name: str, gpus: int, pool: str) -> GpuNode:
+    return dataclasses.replace(
+        node(name, model="T4-16GB", mig_config="all-disabled", gpus=gpus), labels={POOL: pool}
+    )
+
+
+def pinned_pod(name: str, node_name: str) -> GpuPod:
+    return dataclasses.replace(pod(name, node_name, GPU), node_selector={POOL: ("p100",)})
+
+
+def fleet() -> list[NodeObservation]:
+    """20 GPUs: two 2-GPU nodes of pool p100 (one runs a pod pinned there), two 8-GPU nodes of pool t4 (one runs
+    a pod that may run anywhere)."""
+    return [
+        observe(pooled("p100-a", 2, "p100"), pinned_pod("pinned-1", "p100-a")),
+        observe(pooled("p100-b", 2, "p100")),
+        observe(pooled("t4-a", 8, "t4")),
+        observe(pooled("t4-b", 8, "t4"), pod("anywhere-1", "t4-b", GPU)),
+    ]
+
+
+def plan(catalog: Catalog, observations: list[NodeObservation], config: PlannerConfig = CONFIG) -> FleetPlan:
+    load = [s for o in observations if o.pods for s in whole_gpu_load(o.node.name, o.node.gpu_count, 0.9)]
+    return plan_fleet(observations, Forecasts(tuple(load), (), "p90", True), catalog, config, NOW)
+
+
+def test_the_nodes_of_a_scarce_pin_are_kept_with_a_taint_more_than_the_largest_size_in_use_or_not(
+    catalog: Catalog,
+) -> None:
+    # The p100 nodes hold 4 of 20 GPUs, at most a quarter: kept. Sizes 2 and 8: the empty 8-GPU node gets two
+    # standby taints, both p100 nodes three (one more than the largest size), the one in use too, so a pod that
+    # may run anywhere opens the 8-GPU node before either; a pod pinned to p100 has no other node.
+    result = plan(catalog, fleet())
+    assert result.pins == (Pin(P100, NOW),)
+    assert result.scarce_pins == result.pins
+    assert result.pinned_nodes == ("p100-a", "p100-b")
+    assert result.standby_grades == (
+        ("p100-a", "p100-b", "t4-a"),
+        ("p100-a", "p100-b", "t4-a"),
+        ("p100-a", "p100-b"),
+    )
+    assert next(n for n in result.notes if n.startswith("standby:")).startswith(
+        "standby: 3 nodes without MIG or MPS (the empty ones and those kept for pinned pods) get the taint"
+    )
+    assert [n for n in result.notes if n.startswith("kept for pinned pods")] == [
+        "kept for pinned pods: 2 nodes that only pods pinned to example.com/pool in p100 (last seen 2026-11-29 "
+        "12:00) may use among few others; those without MIG or MPS carry every standby taint, in use or not, and "
+        "cluster-autoscaler's priority expander should rank their node groups below the others: p100-a, p100-b"
+    ]
+    # Without it the small empty node is the one opened first (one taint against the 8-GPU node's two), and the
+    # p100 node in use takes any pod that fits.
+    off = plan(catalog, fleet(), dataclasses.replace(CONFIG, pinned_share=0.0))
+    assert off.standby_grades == (("p100-b", "t4-a"), ("t4-a",))
+    assert (off.pins, off.scarce_pins, off.pinned_nodes) == ((Pin(P100, NOW),), (), ())
+
+
+def test_a_pin_whose_nodes_hold_more_than_the_share_keeps_nothing(catalog: Catalog) -> None:
+    # 4 of 20 GPUs is more than a tenth: remembered, not kept.
+    result = plan(catalog, fleet(), dataclasses.replace(CONFIG, pinned_share=0.1))
+    assert (result.pins, result.scarce_pins, result.pinned_nodes) == ((Pin(P100, NOW),), (), ())
+    assert result.standby_grades == (("p100-b", "t4-a"), ("t4-a",))
+
+
+def test_a_pin_is_remembered_for_the_memory_hours_and_a_pending_request_refreshes_it() -> None:
+    # Seen 100 h ago (kept, still dated then), 200 h ago (forgotten after 168 h); the p100 pin is seen now on a
+    # pending request, refreshing the 100-hour-old sighting of the same selector.
+    remembered = (
+        Pin(P100, NOW - timedelta(hours=100)),
+        Pin((OLD,), NOW - timedelta(hours=200)),
+        Pin(((POOL, ("t4",)),), NOW - timedelta(hours=100)),
+    )
+    pending = DemandForecast(GPU, 1.0, 1.0, gpus=1, node_selector=P100)
+    observations = [observe(pooled("t4-a", 8, "t4"))]
+    result = pinned(observations, Forecasts((), (pending,), "p90", True), remembered, NOW, 168.0, 0.25)
+    assert result.pins == (Pin(P100, NOW), Pin(((POOL, ("t4",)),), NOW - timedelta(hours=100)))
+    # No p100 node in service: all its pods have is the autoscaler's p100 group, so it is scarce; the t4 pin's
+    # nodes hold every GPU.
+    assert (result.scarce, result.nodes) == ((Pin(P100, NOW),), ())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("pinned_share", 1.5, "planner_pinned_share must be in"),
+        ("pinned_memory_hours", -1.0, "planner_pinned_memory_hours cannot be negative"),
+    ],
+)
+def test_pinned_settings_out_of_range_fail_with_their_name(field: str, value: float, message: str) -> None:
+    with pytest.raises(PlannerConfigError, match=message):
+        dataclasses.replace(CONFIG, **{field: value})
