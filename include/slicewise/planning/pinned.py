@@ -16,7 +16,8 @@ pinned pods: those without MIG or MPS carry one standby taint more than the flee
 (:mod:`slicewise.planning.standby`; a pod that fits elsewhere goes elsewhere, a pinned pod fits nowhere else and
 still gets them), and the plan lists the scarce selectors for cluster-autoscaler's priority expander, which should
 rank their node groups last (a pinned pod's scale-up has no other group, so it still gets one). A preference,
-never a refusal; no pod is evicted for it.
+never a refusal; no pod is evicted for it. The planner keeps nodes only while some pod may not be evicted (or
+nothing consolidates): otherwise a consolidation takes a pinned node back for a pinned pod that waits.
 """
 
 from __future__ import annotations

@@ -107,13 +107,16 @@ def plan_fleet(
     budgeted = [settle(plan, nodes[plan.node]) for plan in _apply_budget(plans, config, nodes)]
     final = {plan.node: plan for plan in budgeted}
     shaping = config.policy == "packing" and acting
+    # Where every GPU pod may be evicted, a consolidation takes a pinned node back for a pinned pod that waits:
+    # keeping it free as well would only cost node-hours (docs/planner.md, "Nodes kept for pinned pods").
+    movable = config.consolidation != "off" and all(pod.evictable for obs in observations for pod in obs.pods)
     kept_for_pins = pinned(
         observations,
         forecasts,
         remembered,
         now,
         config.pinned_memory_hours,
-        config.pinned_share if shaping else 0.0,
+        config.pinned_share if shaping and not movable else 0.0,
     )
     listed = standby(planned, final, set(kept_for_pins.nodes)) if shaping and config.standby else Standby()
     kept = (

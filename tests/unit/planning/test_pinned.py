@@ -34,14 +34,14 @@ def pinned_pod(name: str, node_name: str) -> GpuPod:
     return dataclasses.replace(pod(name, node_name, GPU), node_selector={POOL: ("p100",)})
 
 
-def fleet() -> list[NodeObservation]:
+def fleet(evictable: bool = False) -> list[NodeObservation]:
     """20 GPUs: two 2-GPU nodes of pool p100 (one runs a pod pinned there), two 8-GPU nodes of pool t4 (one runs
-    a pod that may run anywhere)."""
+    a pod that may run anywhere and may not be evicted, unless ``evictable``)."""
     return [
         observe(pooled("p100-a", 2, "p100"), pinned_pod("pinned-1", "p100-a")),
         observe(pooled("p100-b", 2, "p100")),
         observe(pooled("t4-a", 8, "t4")),
-        observe(pooled("t4-b", 8, "t4"), pod("anywhere-1", "t4-b", GPU)),
+        observe(pooled("t4-b", 8, "t4"), pod("anywhere-1", "t4-b", GPU, evictable=evictable)),
     ]
 
 
@@ -102,6 +102,15 @@ def test_a_pin_is_remembered_for_the_memory_hours_and_a_pending_request_refreshe
     # No p100 node in service: all its pods have is the autoscaler's p100 group, so it is scarce; the t4 pin's
     # nodes hold every GPU.
     assert (result.scarce, result.nodes) == ((Pin(P100, NOW),), ())
+
+
+def test_nothing_is_kept_where_every_pod_may_be_evicted_unless_nothing_consolidates(catalog: Catalog) -> None:
+    # Every pod opted in: a consolidation can take a p100 node back for a pinned pod that waits, so the plan keeps
+    # nothing (it still remembers the pin). With planner_consolidation=off nothing would take it back: kept.
+    result = plan(catalog, fleet(evictable=True))
+    assert (result.pins, result.scarce_pins, result.pinned_nodes) == ((Pin(P100, NOW),), (), ())
+    off = plan(catalog, fleet(evictable=True), dataclasses.replace(CONFIG, consolidation="off"))
+    assert off.pinned_nodes == ("p100-a", "p100-b")
 
 
 @pytest.mark.parametrize(
