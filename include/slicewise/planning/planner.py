@@ -163,9 +163,9 @@ def _pinned_note(scarce: Sequence[Pin], nodes: Sequence[str]) -> str:
     return (
         f"kept for pinned pods: {len(nodes)} nodes that only pods pinned to "
         + "; ".join(f"{pin.describe()} (last seen {pin.seen:%Y-%m-%d %H:%M})" for pin in scarce)
-        + " may use among few others; those without MIG or MPS carry every standby taint, in use or not, and "
-        "cluster-autoscaler's priority expander should rank their node groups below the others"
-        + (f": {_shown(list(nodes))}" if nodes else "")
+        + " may use among few others; those without MIG or MPS carry one standby taint more than the largest "
+        "size, in use or not, and cluster-autoscaler's priority expander should rank their node groups below the "
+        "others" + (f": {_shown(list(nodes))}" if nodes else "")
     )
 
 

@@ -70,8 +70,9 @@ def test_the_nodes_of_a_scarce_pin_are_kept_with_a_taint_more_than_the_largest_s
     )
     assert [n for n in result.notes if n.startswith("kept for pinned pods")] == [
         "kept for pinned pods: 2 nodes that only pods pinned to example.com/pool in p100 (last seen 2026-11-29 "
-        "12:00) may use among few others; those without MIG or MPS carry every standby taint, in use or not, and "
-        "cluster-autoscaler's priority expander should rank their node groups below the others: p100-a, p100-b"
+        "12:00) may use among few others; those without MIG or MPS carry one standby taint more than the largest "
+        "size, in use or not, and cluster-autoscaler's priority expander should rank their node groups below the "
+        "others: p100-a, p100-b"
     ]
     # Without it the small empty node is the one opened first (one taint against the 8-GPU node's two), and the
     # p100 node in use takes any pod that fits.
