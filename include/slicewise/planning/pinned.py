@@ -22,7 +22,7 @@ nothing consolidates): otherwise a consolidation takes a pinned node back for a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,7 +42,7 @@ class Pinned:
     nodes: tuple[str, ...] = ()
 
 
-def seen_now(observations: Iterable[NodeObservation], forecasts: Forecasts) -> set[Selector]:
+def _seen_now(observations: Iterable[NodeObservation], forecasts: Forecasts) -> set[Selector]:
     """The node selectors of the pods running now and of the requests pending."""
     seen = {_normal(pod.node_selector.items()) for obs in observations for pod in obs.pods}
     seen |= {_normal(d.node_selector) for d in forecasts.demand}
@@ -63,7 +63,7 @@ def pinned(
     last_seen = {
         pin.selector: pin.seen for pin in remembered if now - pin.seen <= timedelta(hours=memory_hours)
     }
-    last_seen.update(dict.fromkeys(seen_now(observations, forecasts), now))
+    last_seen.update(dict.fromkeys(_seen_now(observations, forecasts), now))
     pins = tuple(Pin(selector, seen) for selector, seen in sorted(last_seen.items()))
     if share <= 0:
         return Pinned(pins)
@@ -76,11 +76,6 @@ def pinned(
             scarce.append(pin)
             nodes.update(node.name for node in allowed)
     return Pinned(pins, tuple(scarce), tuple(sorted(nodes)))
-
-
-def allows_any(pins: Iterable[Pin], labels: Mapping[str, str]) -> bool:
-    """Whether a node with ``labels`` is one some pin allows."""
-    return any(selector_allows(pin.selector, labels) for pin in pins)
 
 
 def _normal(selector: Iterable[tuple[str, Iterable[str]]]) -> Selector:

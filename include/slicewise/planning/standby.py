@@ -56,9 +56,8 @@ def standby(
         if item.ctx.layout is None
         and item.ctx.replicas == 1
         and (
-            (not item.ctx.obs.pods and plans[item.ctx.name].action != CHANGE)
+            ((not item.ctx.obs.pods or item.ctx.name in pinned) and plans[item.ctx.name].action != CHANGE)
             or _emptied_for_release(plans[item.ctx.name])
-            or (item.ctx.name in pinned and plans[item.ctx.name].action != CHANGE)
         )
     )
     top = max((grade for _, grade in graded), default=0)

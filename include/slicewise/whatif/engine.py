@@ -53,7 +53,6 @@ from slicewise.forecasting.forecasts import DemandForecast, Forecasts, SeriesFor
 from slicewise.planning.config import PlannerConfig
 from slicewise.planning.consolidation import RULE as CONSOLIDATED
 from slicewise.planning.demand import Request, request_for
-from slicewise.planning.pinned import allows_any
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.reserve import RESERVE_REPLICAS
 from slicewise.planning.types import DRAIN, UNCORDON, DesiredState, NodeObservation, NodePlan, Pin, PodMove
@@ -578,10 +577,8 @@ class Replay:
         )
         self.meter.planned()
         self.pins = plan.pins
-        self.fleet.added_last[:] = [
-            bool(plan.scarce_pins) and allows_any(plan.scarce_pins, {TRACE_MODEL_LABEL: node.kind})
-            for node in self.fleet.nodes
-        ]
+        self.fleet.added_last[:] = False  # the plan observes every node, released ones too
+        self.fleet.added_last[[self.index[name] for name in plan.pinned_nodes]] = True
         self.fleet.taints[:] = 0
         for listed in plan.standby_grades:
             self.fleet.taints[[self.index[name] for name in listed]] += 1

@@ -477,8 +477,12 @@ class ReplayFleet:
             for i in candidates
             if int(i) not in exclude and self.nodes[i].fit(ask.gpus, ask.share) is not None
         ]
-        last = self.added_last if not ask.models else np.zeros(len(self.nodes), dtype=bool)
-        return min(fitting, key=lambda i: (bool(last[i]), self.sizes[i], i)) if fitting else None
+        anywhere = not ask.models
+        return (
+            min(fitting, key=lambda i: (anywhere and bool(self.added_last[i]), self.sizes[i], i))
+            if fitting
+            else None
+        )
 
     def fragmentation(self, requests: Counter[tuple[int, float]]) -> float | None:
         """The expected share of free capacity that cannot host a request drawn from ``requests`` ((gpus,
