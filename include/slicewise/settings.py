@@ -61,6 +61,7 @@ class Settings:
     planner_keep_shaped: bool
     planner_mps_release_below: float
     planner_pinned_share: float
+    planner_scarce_kind_share: float
     planner_pinned_memory_hours: float
     planner_rehome: str
     planner_eviction_cost_s: float

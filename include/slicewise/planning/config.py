@@ -59,6 +59,10 @@ class PlannerConfig:
     # packing: a node selector pods pinned themselves to whose nodes hold at most this share of the fleet's GPUs
     # gets its nodes kept for them (planning.pinned); 0: off
     pinned_share: float = 0.125
+    # packing, with pinned_share: a kind of node (a value of a label pods pin themselves to) whose nodes hold at
+    # most this share of the GPUs is added last by the autoscaler for pods without a pin, pinned yet or not
+    # (planning.pinned); 0: only the pinned kinds
+    scarce_kind_share: float = 0.0625
     # a pin seen on a pod is remembered this long after a plan last saw it (planning.pinned)
     pinned_memory_hours: float = 168.0
     # packing: fractional pods on whole GPUs move to free MPS tenants (planning.rehome): "always", "waiting"
@@ -110,6 +114,10 @@ class PlannerConfig:
             )
         if not 0 <= self.pinned_share <= 1:
             raise PlannerConfigError(f"planner_pinned_share must be in [0, 1], got {self.pinned_share}")
+        if not 0 <= self.scarce_kind_share <= 1:
+            raise PlannerConfigError(
+                f"planner_scarce_kind_share must be in [0, 1], got {self.scarce_kind_share}"
+            )
         if not self.pinned_memory_hours >= 0:  # NaN too
             raise PlannerConfigError(
                 f"planner_pinned_memory_hours cannot be negative, got {self.pinned_memory_hours}"
@@ -139,6 +147,7 @@ class PlannerConfig:
             keep_shaped=settings.planner_keep_shaped,
             mps_release_below=settings.planner_mps_release_below,
             pinned_share=settings.planner_pinned_share,
+            scarce_kind_share=settings.planner_scarce_kind_share,
             pinned_memory_hours=settings.planner_pinned_memory_hours,
             rehome=settings.planner_rehome,
             plan_gpus_without_mig=settings.planner_gpus_without_mig,

@@ -15,13 +15,18 @@ autoscaler's groups of that kind are all its pods have). The nodes a scarce sele
 pinned pods: those without MIG or MPS carry one standby taint more than the fleet's largest size, in use or not
 (:mod:`slicewise.planning.standby`; a pod that fits elsewhere goes elsewhere, a pinned pod fits nowhere else and
 still gets them), and the plan lists the scarce selectors for cluster-autoscaler's priority expander, which should
-rank their node groups last (a pinned pod's scale-up has no other group, so it still gets one). A preference,
-never a refusal; no pod is evicted for it. The planner keeps nodes only while some pod may not be evicted (or
-nothing consolidates): otherwise a consolidation takes a pinned node back for a pinned pod that waits.
+rank their node groups last (a pinned pod's scale-up has no other group, so it still gets one). Once pods pin
+themselves to a label, every kind on it (a value of that label) whose nodes hold at most
+``planner_scarce_kind_share`` of the GPUs is added last too, pinned yet or not: the first pod pinned to a kind
+comes unannounced, and on ``gpuspec10`` the autoscaler had added the only V100 node for a pod that could have run
+anywhere a thousand hours before it. A preference, never a refusal; no pod is evicted for it. The planner keeps
+nodes only while some pod may not be evicted (or nothing consolidates): otherwise a consolidation takes a pinned
+node back for a pinned pod that waits.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,6 +45,10 @@ class Pinned:
     scarce: tuple[Pin, ...] = ()
     #: The nodes a scarce pin allows, in name order.
     nodes: tuple[str, ...] = ()
+    #: The scarce kinds on the labels pins name (label, value): their nodes hold at most the share of the GPUs.
+    scarce_kinds: tuple[tuple[str, str], ...] = ()
+    #: Their nodes and ``nodes``, in name order: what the autoscaler should add last for a pod without a pin.
+    scale_up_last: tuple[str, ...] = ()
 
 
 def _seen_now(observations: Iterable[NodeObservation], forecasts: Forecasts) -> set[Selector]:
@@ -57,9 +66,11 @@ def pinned(
     now: datetime,
     memory_hours: float,
     share: float,
+    kind_share: float = 0.0,
 ) -> Pinned:
-    """The pins to remember (``remembered``: the previous plan's) and the nodes kept for the scarce ones (none
-    with ``share`` 0)."""
+    """The pins to remember (``remembered``: the previous plan's), the nodes kept for the scarce ones, and those
+    the autoscaler should add last: theirs and those of every kind on a pinned label that holds at most
+    ``kind_share`` of the GPUs (none of either with ``share`` 0)."""
     last_seen = {
         pin.selector: pin.seen for pin in remembered if now - pin.seen <= timedelta(hours=memory_hours)
     }
@@ -68,14 +79,31 @@ def pinned(
     if share <= 0:
         return Pinned(pins)
     fleet_gpus = sum(obs.node.gpu_count for obs in observations)
+    limit = share * fleet_gpus
     scarce: list[Pin] = []
     nodes: set[str] = set()
     for pin in pins:
         allowed = [obs.node for obs in observations if selector_allows(pin.selector, obs.node.labels)]
-        if sum(node.gpu_count for node in allowed) <= share * fleet_gpus:
+        if sum(node.gpu_count for node in allowed) <= limit:
             scarce.append(pin)
             nodes.update(node.name for node in allowed)
-    return Pinned(pins, tuple(scarce), tuple(sorted(nodes)))
+    kinds = _scarce_kinds(
+        observations, {label for pin in pins for label, _ in pin.selector}, kind_share * fleet_gpus
+    )
+    last = nodes | {obs.node.name for obs in observations if obs.node.labels.items() & kinds}
+    return Pinned(pins, tuple(scarce), tuple(sorted(nodes)), tuple(sorted(kinds)), tuple(sorted(last)))
+
+
+def _scarce_kinds(
+    observations: Sequence[NodeObservation], labels: set[str], limit: float
+) -> set[tuple[str, str]]:
+    """The kinds of node (a value of a label some pin names) whose nodes hold at most ``limit`` GPUs: a pod that
+    pins itself to one of them later has only those nodes."""
+    gpus: Counter[tuple[str, str]] = Counter()
+    for obs in observations:
+        for label in labels & obs.node.labels.keys():
+            gpus[(label, obs.node.labels[label])] += obs.node.gpu_count
+    return {kind for kind, count in gpus.items() if count <= limit}
 
 
 def _normal(selector: Iterable[tuple[str, Iterable[str]]]) -> Selector:

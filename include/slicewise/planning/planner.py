@@ -24,7 +24,7 @@ from slicewise.planning.consolidation import Planned, consolidate
 from slicewise.planning.demand import EPS, Pool, Request, request_for
 from slicewise.planning.holds import settle
 from slicewise.planning.node import NodeContext, NotPlannable, describe_pod, node_context
-from slicewise.planning.pinned import pinned
+from slicewise.planning.pinned import Pinned, pinned
 from slicewise.planning.proposal import Proposal
 from slicewise.planning.rehome import note as rehome_note
 from slicewise.planning.rehome import rehome
@@ -117,6 +117,7 @@ def plan_fleet(
         now,
         config.pinned_memory_hours,
         config.pinned_share if shaping and not movable else 0.0,
+        config.scarce_kind_share,
     )
     listed = standby(planned, final, set(kept_for_pins.nodes)) if shaping and config.standby else Standby()
     kept = (
@@ -132,6 +133,8 @@ def plan_fleet(
         notes.append(_standby_note(listed.grades, bool(set(listed.grades[0]) & set(kept_for_pins.nodes))))
     if kept_for_pins.scarce:
         notes.append(_pinned_note(kept_for_pins.scarce, kept_for_pins.nodes))
+    if kept_for_pins.scarce or kept_for_pins.scarce_kinds:
+        notes.append(_added_last_note(kept_for_pins, config.scarce_kind_share))
     if kept:
         mps = (
             f", and nodes shared by MPS with more than {config.mps_release_below:.0%} of their tenants taken"
@@ -155,6 +158,8 @@ def plan_fleet(
         pins=kept_for_pins.pins,
         scarce_pins=kept_for_pins.scarce,
         pinned_nodes=kept_for_pins.nodes,
+        scarce_kinds=kept_for_pins.scarce_kinds,
+        scale_up_last=kept_for_pins.scale_up_last,
     )
 
 
@@ -164,8 +169,24 @@ def _pinned_note(scarce: Sequence[Pin], nodes: Sequence[str]) -> str:
         f"kept for pinned pods: {len(nodes)} nodes that only pods pinned to "
         + "; ".join(f"{pin.describe()} (last seen {pin.seen:%Y-%m-%d %H:%M})" for pin in scarce)
         + " may use among few others; those without MIG or MPS carry one standby taint more than the largest "
-        "size, in use or not, and cluster-autoscaler's priority expander should rank their node groups below the "
-        "others" + (f": {_shown(list(nodes))}" if nodes else "")
+        "size, in use or not" + (f": {_shown(list(nodes))}" if nodes else "")
+    )
+
+
+def _added_last_note(kept_for_pins: Pinned, share: float) -> str:
+    """The nodes cluster-autoscaler should add last for a pod without a pin (:mod:`slicewise.planning.pinned`)."""
+    parts = ["the kinds kept for pinned pods"] if kept_for_pins.scarce else []
+    if kept_for_pins.scarce_kinds:
+        kinds = ", ".join(f"{label}={value}" for label, value in kept_for_pins.scarce_kinds)
+        parts.append(
+            f"each kind on a label pods pin themselves to that holds at most {share * 100:g}% of the GPUs ({kinds})"
+        )
+    nodes = kept_for_pins.scale_up_last
+    return (
+        "added last by cluster-autoscaler for a pod without a pin (its priority expander should rank their node "
+        "groups below the others): "
+        + " and ".join(parts)
+        + (f"; {len(nodes)} nodes: {_shown(list(nodes))}" if nodes else "; none of their nodes is in service")
     )
 
 

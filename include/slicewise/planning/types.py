@@ -100,6 +100,10 @@ class FleetPlan:
     # the pins whose nodes hold at most planner_pinned_share of the GPUs, and those nodes: kept for the pinned pods
     scarce_pins: tuple[Pin, ...] = ()
     pinned_nodes: tuple[str, ...] = ()
+    # the kinds of node (label, value) on the labels pins name whose nodes hold at most planner_pinned_share of the
+    # GPUs, and the nodes for cluster-autoscaler to add last for a pod without a pin (theirs and pinned_nodes)
+    scarce_kinds: tuple[tuple[str, str], ...] = ()
+    scale_up_last: tuple[str, ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

@@ -131,6 +131,14 @@ def register(subparsers: Any) -> None:
         "(--scale-down-unneeded-s) does not drain them (planner_keep_shaped; default as production)",
     )
     parser.add_argument(
+        "--scarce-kind-share",
+        type=float,
+        default=PlannerConfig().scarce_kind_share,
+        help="with --pinned-share: the replay's autoscaler adds the nodes of a GPU model that holds at most this share "
+        "of the GPUs last for a pod that names no model, once some pod has (planner_scarce_kind_share; default "
+        "0.0625, as production; 0: only the models pods pinned themselves to)",
+    )
+    parser.add_argument(
         "--pinned-share",
         type=float,
         default=PlannerConfig().pinned_share,
@@ -410,6 +418,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--mps-release-below must be in [0, 1]")
     if not 0 <= args.pinned_share <= 1:
         raise ValueError("--pinned-share must be in [0, 1]")
+    if not 0 <= args.scarce_kind_share <= 1:
+        raise ValueError("--scarce-kind-share must be in [0, 1]")
     if not 0 <= args.shared_reserve <= 100:
         raise ValueError("--shared-reserve must be in [0, 100]")
     if args.days is not None and args.days <= 0:
@@ -452,6 +462,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             keep_shaped=args.keep_shaped,
             mps_release_below=args.mps_release_below,
             pinned_share=args.pinned_share,
+            scarce_kind_share=args.scarce_kind_share,
             rehome=args.rehome,
             whole_gpu_demand=args.whole_gpu_demand,
         ),

@@ -74,6 +74,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "keep_shaped": config.planner.keep_shaped,
                 "mps_release_below": config.planner.mps_release_below,
                 "pinned_share": config.planner.pinned_share,
+                "scarce_kind_share": config.planner.scarce_kind_share,
                 "rehome": config.planner.rehome,
                 "whole_gpu_demand": config.planner.whole_gpu_demand,
                 "cordon_to_drain": config.planner.cordon_to_drain,

@@ -393,6 +393,30 @@ def test_the_look_ahead_runs_the_autoscalers_drains_and_leaves_the_replay_as_it_
     assert (plain.wait_mean_s, plain.service_gpu_hours) == (result.wait_mean_s, result.service_gpu_hours)
 
 
+def _pinned_replay(scarce: str, pinned_share: float, scarce_kind_share: float) -> float:
+    """The mean wait of a replay where a P100-pinned pod runs until 5000 s, a 2-GPU pod that may run anywhere
+    arrives at 6000 s for 20,000 s, and a pod pinned to the ``scarce`` model (2 GPUs of the fleet's) at 7000 s for
+    1000 s; every node is removed once empty. No pod opted in to evictions."""
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(
+        fallback="baseline",
+        eviction_cost_s=0.0,
+        pinned_share=pinned_share,
+        scarce_kind_share=scarce_kind_share,
+    )
+    config = dataclasses.replace(AUTOSCALED, planner=planner, evictable="best-effort")
+    nodes = [TraceNode("n1", 2, "P100"), TraceNode("n2", 8, "T4"), TraceNode("n3", 8, "T4")]
+    if scarce != "P100":
+        nodes.insert(0, TraceNode("n0", 2, scarce))  # first by name among the smallest
+    pods = (
+        TracePod("p100-pinned", 0, 5000, 1, 1.0, "LS", ("P100",)),
+        TracePod("anywhere", 6000, 20_000, 2, 1.0, "LS", ()),
+        TracePod("scarce-pinned", 7000, 1000, 1, 1.0, "LS", (scarce,)),
+    )
+    return Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run().wait_mean_s
+
+
 @pytest.mark.parametrize(("pinned_share", "waits"), [(0.125, (0, 200, 200)), (0.0, (0, 200, 19_200))])
 def test_the_autoscaler_adds_a_node_kept_for_pinned_pods_last_for_a_pod_that_may_run_anywhere(
     pinned_share: float, waits: tuple[float, float, float]
@@ -402,16 +426,17 @@ def test_the_autoscaler_adds_a_node_kept_for_pinned_pods_last_for_a_pod_that_may
     # is removed once empty (the T4s at 600 s, the P100 at 5600 s). At 6000 s a 2-GPU pod that may run anywhere
     # fits no node in service: least-waste alone adds the P100 node (the smallest that fits, 200 s to come up);
     # ranked last, a T4 node comes up instead, so at 7000 s the next P100-pinned pod waits only for the P100
-    # node's own scale-up, not for the 2-GPU pod's 20,000 s. No pod opted in to evictions.
-    from slicewise.planning.config import PlannerConfig
+    # node's own scale-up, not for the 2-GPU pod's 20,000 s.
+    assert _pinned_replay("P100", pinned_share, 0.0) == pytest.approx(sum(waits) / 3)
 
-    planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0, pinned_share=pinned_share)
-    config = dataclasses.replace(AUTOSCALED, planner=planner, evictable="best-effort")
-    nodes = [TraceNode("n1", 2, "P100"), TraceNode("n2", 8, "T4"), TraceNode("n3", 8, "T4")]
-    pods = (
-        TracePod("pinned-1", 0, 5000, 1, 1.0, "LS", ("P100",)),
-        TracePod("anywhere", 6000, 20_000, 2, 1.0, "LS", ()),
-        TracePod("pinned-2", 7000, 1000, 1, 1.0, "LS", ("P100",)),
-    )
-    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
-    assert result.wait_mean_s == pytest.approx(sum(waits) / 3)
+
+@pytest.mark.parametrize(("scarce_kind_share", "waits"), [(0.125, (0, 200, 200)), (0.0, (0, 200, 19_200))])
+def test_the_autoscaler_adds_a_scarce_kind_no_pod_pinned_itself_to_yet_last_once_some_pod_pins_itself(
+    scarce_kind_share: float, waits: tuple[float, float, float]
+) -> None:
+    # As above, with a V100 node too (2 of 20 GPUs) that no pod pins itself to until 7000 s. The plan at 3600 s
+    # sees the P100 pin, so the GPU model is a label pods pin themselves to, and the V100s hold at most an eighth
+    # of the fleet's GPUs: the autoscaler adds the V100 node last, as it does the P100 node kept for pinned pods.
+    # At 6000 s least-waste alone would add the V100 node for the 2-GPU pod that may run anywhere (the smallest
+    # that fits, first by name), and the V100-pinned pod at 7000 s would wait for that pod's 20,000 s.
+    assert _pinned_replay("V100", 0.125, scarce_kind_share) == pytest.approx(sum(waits) / 3)

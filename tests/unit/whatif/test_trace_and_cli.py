@@ -141,6 +141,8 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --mps-release-below must be in [0, 1]")
     assert main([*args, "--pinned-share", "1.5"]) == 2
     assert capsys.readouterr().err.startswith("error: --pinned-share must be in [0, 1]")
+    assert main([*args, "--scarce-kind-share", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --scarce-kind-share must be in [0, 1]")
     assert main([*args, "--shared-reserve", "-1"]) == 2
     assert capsys.readouterr().err.startswith("error: --shared-reserve must be in [0, 100]")
     assert main([*args, "--node-share", "0.5", "--node-offset", "2"]) == 2
@@ -195,6 +197,11 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     assert scaled["model"]["planner"]["pinned_share"] == 0.125  # planner_pinned_share, as production
     assert main([*args, "--pinned-share", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["planner"]["pinned_share"] == 0.0
+    assert (
+        scaled["model"]["planner"]["scarce_kind_share"] == 0.0625
+    )  # planner_scarce_kind_share, as production
+    assert main([*args, "--scarce-kind-share", "0.125"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["planner"]["scarce_kind_share"] == 0.125
     assert scaled["model"]["plan_offset_s"] == 0  # plans on the hour unless asked
     assert main([*args, "--plan-offset-s", "900"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["plan_offset_s"] == 900
