@@ -59,9 +59,9 @@ class PlannerConfig:
     # packing: a node selector pods pinned themselves to whose nodes hold at most this share of the fleet's GPUs
     # gets its nodes kept for them (planning.pinned); 0: off
     pinned_share: float = 0.125
-    # packing, with pinned_share: a kind of node (a value of a label pods pin themselves to) whose nodes hold at
-    # most this share of the GPUs is added last by the autoscaler for pods without a pin, pinned yet or not
-    # (planning.pinned); 0: only the pinned kinds
+    # packing, with pinned_share: the nodes of a kind (a value of a label pods pin themselves to) that holds at
+    # most this share of the GPUs are kept for pinned pods too, pinned yet or not (planning.pinned); 0: only the
+    # pinned kinds
     scarce_kind_share: float = 0.0625
     # a pin seen on a pod is remembered this long after a plan last saw it (planning.pinned)
     pinned_memory_hours: float = 168.0

@@ -9,19 +9,19 @@ fit and, empty, the standby taints of :mod:`slicewise.planning.standby` mark it 
 
 So the planner remembers the selectors pods pinned themselves to (a running pod's ``node_selector``, a pending
 request's ``selector``), each for ``planner_pinned_memory_hours`` after it was last seen (the plan carries them to
-the next one: pins come and go over days, and a plan sees only the pods of this hour), and calls a selector
-*scarce* when the nodes it allows hold at most ``planner_pinned_share`` of the fleet's GPUs (or none: then the
-autoscaler's groups of that kind are all its pods have). The nodes a scarce selector allows are kept for the
-pinned pods: those without MIG or MPS carry one standby taint more than the fleet's largest size, in use or not
-(:mod:`slicewise.planning.standby`; a pod that fits elsewhere goes elsewhere, a pinned pod fits nowhere else and
-still gets them), and the plan lists the scarce selectors for cluster-autoscaler's priority expander, which should
-rank their node groups last (a pinned pod's scale-up has no other group, so it still gets one). Once pods pin
-themselves to a label, every kind on it (a value of that label) whose nodes hold at most
-``planner_scarce_kind_share`` of the GPUs is added last too, pinned yet or not: the first pod pinned to a kind
-comes unannounced, and on ``gpuspec10`` the autoscaler had added the only V100 node for a pod that could have run
-anywhere a thousand hours before it. A preference, never a refusal; no pod is evicted for it. The planner keeps
-nodes only while some pod may not be evicted (or nothing consolidates): otherwise a consolidation takes a pinned
-node back for a pinned pod that waits.
+the next one: pins come and go over days, and a plan sees only the pods of this hour), and calls a selector *scarce*
+when the nodes it allows hold at most ``planner_pinned_share`` of the fleet's GPUs (or none: then the autoscaler's
+groups of that kind are all its pods have). The nodes a scarce selector allows are kept for the pinned pods, and so
+are, once pods pin themselves to a label, the nodes of every kind on it (a value of that label) that holds at most
+``planner_scarce_kind_share`` of the GPUs, pinned yet or not: the first pod pinned to a kind comes unannounced, and
+on ``gpuspec10`` the autoscaler had added the only V100 node for a pod that could have run anywhere a thousand hours
+before it. Of the kept nodes, those without MIG or MPS carry one standby taint more than the fleet's largest size,
+in use or not (:mod:`slicewise.planning.standby`; a pod that fits elsewhere goes elsewhere, a pinned pod fits
+nowhere else and still gets them), and the plan lists the scarce selectors and kinds for cluster-autoscaler's
+priority expander, which should rank their node groups last (a pinned pod's scale-up has no other group, so it still
+gets one). A preference, never a refusal; no pod is evicted for it. The planner keeps nodes only while some pod may
+not be evicted (or nothing consolidates): otherwise a consolidation takes a pinned node back for a pinned pod that
+waits.
 """
 
 from __future__ import annotations
@@ -43,12 +43,11 @@ class Pinned:
     pins: tuple[Pin, ...] = ()
     #: The scarce ones: their nodes hold at most ``planner_pinned_share`` of the fleet's GPUs.
     scarce: tuple[Pin, ...] = ()
-    #: The nodes a scarce pin allows, in name order.
-    nodes: tuple[str, ...] = ()
-    #: The scarce kinds on the labels pins name (label, value): their nodes hold at most the share of the GPUs.
+    #: The kinds on the labels pins name (label, value) whose nodes hold at most ``planner_scarce_kind_share``
+    #: of the fleet's GPUs, pinned yet or not.
     scarce_kinds: tuple[tuple[str, str], ...] = ()
-    #: Their nodes and ``nodes``, in name order: what the autoscaler should add last for a pod without a pin.
-    scale_up_last: tuple[str, ...] = ()
+    #: The nodes kept: those a scarce pin allows and those of a scarce kind, in name order.
+    nodes: tuple[str, ...] = ()
 
 
 def _seen_now(observations: Iterable[NodeObservation], forecasts: Forecasts) -> set[Selector]:
@@ -68,9 +67,8 @@ def pinned(
     share: float,
     kind_share: float = 0.0,
 ) -> Pinned:
-    """The pins to remember (``remembered``: the previous plan's), the nodes kept for the scarce ones, and those
-    the autoscaler should add last: theirs and those of every kind on a pinned label that holds at most
-    ``kind_share`` of the GPUs (none of either with ``share`` 0)."""
+    """The pins to remember (``remembered``: the previous plan's) and the nodes kept: those of the scarce pins
+    and of every kind on a pinned label that holds at most ``kind_share`` of the GPUs (none with ``share`` 0)."""
     last_seen = {
         pin.selector: pin.seen for pin in remembered if now - pin.seen <= timedelta(hours=memory_hours)
     }
@@ -90,8 +88,8 @@ def pinned(
     kinds = _scarce_kinds(
         observations, {label for pin in pins for label, _ in pin.selector}, kind_share * fleet_gpus
     )
-    last = nodes | {obs.node.name for obs in observations if obs.node.labels.items() & kinds}
-    return Pinned(pins, tuple(scarce), tuple(sorted(nodes)), tuple(sorted(kinds)), tuple(sorted(last)))
+    nodes |= {obs.node.name for obs in observations if obs.node.labels.items() & kinds}
+    return Pinned(pins, tuple(scarce), tuple(sorted(kinds)), tuple(sorted(nodes)))
 
 
 def _scarce_kinds(

@@ -131,10 +131,8 @@ def plan_fleet(
         notes.append(rehome_note(moves))
     if listed.grades:
         notes.append(_standby_note(listed.grades, bool(set(listed.grades[0]) & set(kept_for_pins.nodes))))
-    if kept_for_pins.scarce:
-        notes.append(_pinned_note(kept_for_pins.scarce, kept_for_pins.nodes))
     if kept_for_pins.scarce or kept_for_pins.scarce_kinds:
-        notes.append(_added_last_note(kept_for_pins, config.scarce_kind_share))
+        notes.append(_pinned_note(kept_for_pins, config.scarce_kind_share))
     if kept:
         mps = (
             f", and nodes shared by MPS with more than {config.mps_release_below:.0%} of their tenants taken"
@@ -157,36 +155,34 @@ def plan_fleet(
         moves=moves,
         pins=kept_for_pins.pins,
         scarce_pins=kept_for_pins.scarce,
-        pinned_nodes=kept_for_pins.nodes,
         scarce_kinds=kept_for_pins.scarce_kinds,
-        scale_up_last=kept_for_pins.scale_up_last,
+        pinned_nodes=kept_for_pins.nodes,
     )
 
 
-def _pinned_note(scarce: Sequence[Pin], nodes: Sequence[str]) -> str:
+def _pinned_note(kept: Pinned, kind_share: float) -> str:
     """What the plan keeps for pinned pods (:mod:`slicewise.planning.pinned`)."""
-    return (
-        f"kept for pinned pods: {len(nodes)} nodes that only pods pinned to "
-        + "; ".join(f"{pin.describe()} (last seen {pin.seen:%Y-%m-%d %H:%M})" for pin in scarce)
-        + " may use among few others; those without MIG or MPS carry one standby taint more than the largest "
-        "size, in use or not" + (f": {_shown(list(nodes))}" if nodes else "")
+    kinds = ", ".join(f"{label}={value}" for label, value in kept.scarce_kinds)
+    which = (
+        [
+            "only pods pinned to "
+            + "; ".join(f"{pin.describe()} (last seen {pin.seen:%Y-%m-%d %H:%M})" for pin in kept.scarce)
+            + " may use among few others"
+        ]
+        if kept.scarce
+        else []
     )
-
-
-def _added_last_note(kept_for_pins: Pinned, share: float) -> str:
-    """The nodes cluster-autoscaler should add last for a pod without a pin (:mod:`slicewise.planning.pinned`)."""
-    parts = ["the kinds kept for pinned pods"] if kept_for_pins.scarce else []
-    if kept_for_pins.scarce_kinds:
-        kinds = ", ".join(f"{label}={value}" for label, value in kept_for_pins.scarce_kinds)
-        parts.append(
-            f"each kind on a label pods pin themselves to that holds at most {share * 100:g}% of the GPUs ({kinds})"
+    if kinds:
+        which.append(
+            f"are of a kind on a label pods pin themselves to that holds at most {kind_share * 100:g}% of the GPUs "
+            f"({kinds})"
         )
-    nodes = kept_for_pins.scale_up_last
     return (
-        "added last by cluster-autoscaler for a pod without a pin (its priority expander should rank their node "
-        "groups below the others): "
-        + " and ".join(parts)
-        + (f"; {len(nodes)} nodes: {_shown(list(nodes))}" if nodes else "; none of their nodes is in service")
+        f"kept for pinned pods: {len(kept.nodes)} nodes that "
+        + ", or that ".join(which)
+        + "; those without MIG or MPS carry one standby taint more than the largest size, in use or not, and "
+        "cluster-autoscaler's priority expander should rank their node groups below the others"
+        + (f": {_shown(list(kept.nodes))}" if kept.nodes else "")
     )
 
 

@@ -165,7 +165,6 @@ def read_plan(path: ObjectStoragePath) -> FleetPlan:
         scarce_pins=_pins(raw.get("scarce_pins", ())),
         pinned_nodes=tuple(raw.get("pinned_nodes", ())),
         scarce_kinds=tuple((str(label), str(value)) for label, value in raw.get("scarce_kinds", ())),
-        scale_up_last=tuple(raw.get("scale_up_last", ())),
     )
 
 

@@ -97,13 +97,11 @@ class FleetPlan:
     moves: tuple[PodMove, ...] = ()
     # node selectors pods pinned themselves to, remembered for the next plan (planning.pinned)
     pins: tuple[Pin, ...] = ()
-    # the pins whose nodes hold at most planner_pinned_share of the GPUs, and those nodes: kept for the pinned pods
+    # the pins whose nodes hold at most planner_pinned_share of the GPUs, the kinds of node (label, value) on the
+    # labels pins name that hold at most planner_scarce_kind_share, and their nodes: kept for pinned pods
     scarce_pins: tuple[Pin, ...] = ()
-    pinned_nodes: tuple[str, ...] = ()
-    # the kinds of node (label, value) on the labels pins name whose nodes hold at most planner_pinned_share of the
-    # GPUs, and the nodes for cluster-autoscaler to add last for a pod without a pin (theirs and pinned_nodes)
     scarce_kinds: tuple[tuple[str, str], ...] = ()
-    scale_up_last: tuple[str, ...] = ()
+    pinned_nodes: tuple[str, ...] = ()
 
     def count(self, action: str) -> int:
         return sum(1 for plan in self.nodes if plan.action == action)

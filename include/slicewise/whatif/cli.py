@@ -134,9 +134,9 @@ def register(subparsers: Any) -> None:
         "--scarce-kind-share",
         type=float,
         default=PlannerConfig().scarce_kind_share,
-        help="with --pinned-share: the replay's autoscaler adds the nodes of a GPU model that holds at most this share "
-        "of the GPUs last for a pod that names no model, once some pod has (planner_scarce_kind_share; default "
-        "0.0625, as production; 0: only the models pods pinned themselves to)",
+        help="with --pinned-share: once some pod names a GPU model, the planner keeps the nodes of every model that "
+        "holds at most this share of the GPUs for pinned pods too (planner_scarce_kind_share; default 0.0625, as "
+        "production; 0: only the models pods named)",
     )
     parser.add_argument(
         "--pinned-share",

@@ -578,7 +578,7 @@ class Replay:
         self.meter.planned()
         self.pins = plan.pins
         self.fleet.added_last[:] = False  # the plan observes every node, released ones too
-        self.fleet.added_last[[self.index[name] for name in plan.scale_up_last]] = True
+        self.fleet.added_last[[self.index[name] for name in plan.pinned_nodes]] = True
         self.fleet.taints[:] = 0
         for listed in plan.standby_grades:
             self.fleet.taints[[self.index[name] for name in listed]] += 1

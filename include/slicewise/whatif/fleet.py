@@ -222,8 +222,8 @@ class ReplayFleet:
         self.up = np.ones(len(nodes), dtype=bool)
         self.released = np.zeros(len(nodes), dtype=bool)  # emptied for the autoscaler: removed until needed
         self.taints = np.zeros(len(nodes), dtype=np.int8)  # standby taints (PreferNoSchedule): fewer first
-        # Nodes the last plan asks the autoscaler to add last (planning.pinned: those kept for pinned pods and of the
-        # scarce kinds) for a pod that may run anywhere, as the priority expander ranks their node groups.
+        # Nodes the last plan kept for pinned pods (planning.pinned): the autoscaler adds them last for a pod that
+        # may run anywhere, as the priority expander ranks their node groups.
         self.added_last = np.zeros(len(nodes), dtype=bool)
         # Since when the autoscaler has found the node unneeded (NaN: it has not): the node carries its soft taint
         # (DeletionCandidateOfClusterAutoscaler, PreferNoSchedule), one more untolerated taint on top of the
@@ -468,9 +468,9 @@ class ReplayFleet:
 
     def to_add(self, ask: Ask, exclude: Collection[int] = ()) -> int | None:
         """The released node the autoscaler adds for a request no node in service fits (by position), or None:
-        for a pod that names no GPU model, one the last plan did not ask to add last where one fits (its
-        ``scale_up_last``: the ``priority`` expander ranks those groups last), then the smallest that hosts it,
-        then the first in name order (the ``least-waste`` expander's choice)."""
+        for a pod that names no GPU model, one the last plan did not keep for pinned pods where one fits (the
+        ``priority`` expander ranks those groups last), then the smallest that hosts it, then the first in name
+        order (the ``least-waste`` expander's choice)."""
         candidates = np.flatnonzero(self.released & self.eligible(ask.models))
         fitting = [
             int(i)

@@ -71,46 +71,43 @@ def test_the_nodes_of_a_scarce_pin_are_kept_with_a_taint_more_than_the_largest_s
     assert [n for n in result.notes if n.startswith("kept for pinned pods")] == [
         "kept for pinned pods: 2 nodes that only pods pinned to example.com/pool in p100 (last seen 2026-11-29 "
         "12:00) may use among few others; those without MIG or MPS carry one standby taint more than the largest "
-        "size, in use or not: p100-a, p100-b"
-    ]
-    assert [n for n in result.notes if n.startswith("added last")] == [
-        "added last by cluster-autoscaler for a pod without a pin (its priority expander should rank their node "
-        "groups below the others): the kinds kept for pinned pods; 2 nodes: p100-a, p100-b"
+        "size, in use or not, and cluster-autoscaler's priority expander should rank their node groups below the "
+        "others: p100-a, p100-b"
     ]
     # Without it the small empty node is the one opened first (one taint against the 8-GPU node's two), and the
     # p100 node in use takes any pod that fits.
     off = plan(catalog, fleet(), dataclasses.replace(CONFIG, pinned_share=0.0))
     assert off.standby_grades == (("p100-b", "t4-a"), ("t4-a",))
-    assert (off.pins, off.scarce_pins, off.pinned_nodes, off.scale_up_last) == ((Pin(P100, NOW),), (), (), ())
+    assert (off.pins, off.scarce_pins, off.scarce_kinds, off.pinned_nodes) == ((Pin(P100, NOW),), (), (), ())
 
 
-def test_every_scarce_kind_on_a_pinned_label_is_added_last_by_the_autoscaler_though_only_pinned_nodes_are_kept(
+def test_the_nodes_of_every_scarce_kind_on_a_pinned_label_are_kept_too_pinned_yet_or_not(
     catalog: Catalog,
 ) -> None:
     # A v100 pool (2 of 22 GPUs, at most an eighth) no pod has pinned itself to yet: a pod that pins itself there
-    # later has only that node, so the autoscaler should add it last for a pod that may run anywhere, like the
-    # p100 nodes kept for pinned pods (4 of 22: at most a quarter, more than an eighth). It carries no taint of its
-    # own, only the empty-node standby grade. A label no pin names (the rack) defines no kind.
+    # later has only that node, so it is kept like the p100 nodes (4 of 22: at most a quarter, the pin's share,
+    # but more than an eighth, the kinds' share). A label no pin names (the rack) defines no kind.
     observations = fleet()
     v100 = dataclasses.replace(pooled("v100-a", 2, "v100"), labels={POOL: "v100", "example.com/rack": "r1"})
     config = dataclasses.replace(CONFIG, scarce_kind_share=0.125)
     result = plan(catalog, [*observations, observe(v100)], config)
-    assert result.pinned_nodes == ("p100-a", "p100-b")
-    assert result.scarce_kinds == ((POOL, "v100"),)
-    assert result.scale_up_last == ("p100-a", "p100-b", "v100-a")
+    assert (result.scarce_pins, result.scarce_kinds) == ((Pin(P100, NOW),), ((POOL, "v100"),))
+    assert result.pinned_nodes == ("p100-a", "p100-b", "v100-a")
     assert result.standby_grades == (
         ("p100-a", "p100-b", "t4-a", "v100-a"),
-        ("p100-a", "p100-b", "t4-a"),
-        ("p100-a", "p100-b"),
+        ("p100-a", "p100-b", "t4-a", "v100-a"),
+        ("p100-a", "p100-b", "v100-a"),
     )
-    assert [n for n in result.notes if n.startswith("added last")] == [
-        "added last by cluster-autoscaler for a pod without a pin (its priority expander should rank their node "
-        "groups below the others): the kinds kept for pinned pods and each kind on a label pods pin themselves to "
-        "that holds at most 12.5% of the GPUs (example.com/pool=v100); 3 nodes: p100-a, p100-b, v100-a"
+    assert [n for n in result.notes if n.startswith("kept for pinned pods")] == [
+        "kept for pinned pods: 3 nodes that only pods pinned to example.com/pool in p100 (last seen 2026-11-29 "
+        "12:00) may use among few others, or that are of a kind on a label pods pin themselves to that holds at "
+        "most 12.5% of the GPUs (example.com/pool=v100); those without MIG or MPS carry one standby taint more "
+        "than the largest size, in use or not, and cluster-autoscaler's priority expander should rank their node "
+        "groups below the others: p100-a, p100-b, v100-a"
     ]
-    # No pin seen, no kind: nothing is ranked (a fleet that pins nothing keeps least-waste's choice).
+    # No pin seen, no kind: nothing is kept (a fleet that pins nothing is left to the scheduler and least-waste).
     unpinned = [observe(pooled("p100-b", 2, "p100")), *observations[2:], observe(v100)]
-    assert (plan(catalog, unpinned, config).scarce_kinds, plan(catalog, unpinned, config).scale_up_last) == (
+    assert (plan(catalog, unpinned, config).scarce_kinds, plan(catalog, unpinned, config).pinned_nodes) == (
         (),
         (),
     )
@@ -120,7 +117,7 @@ def test_a_pin_whose_nodes_hold_more_than_the_share_keeps_nothing(catalog: Catal
     # 4 of 20 GPUs is more than a tenth: remembered, not kept.
     result = plan(catalog, fleet(), dataclasses.replace(CONFIG, pinned_share=0.1))
     assert (result.pins, result.scarce_pins, result.pinned_nodes) == ((Pin(P100, NOW),), (), ())
-    assert (result.scarce_kinds, result.scale_up_last) == ((), ())
+    assert result.scarce_kinds == ()
     assert result.standby_grades == (("p100-b", "t4-a"), ("t4-a",))
 
 
@@ -150,7 +147,7 @@ def test_nothing_is_kept_where_every_pod_may_be_evicted_unless_nothing_consolida
     assert off.pinned_nodes == ("p100-a", "p100-b")
 
 
-def test_a_pending_pin_with_no_node_in_service_still_asks_for_its_kinds_to_be_added_last(
+def test_a_pending_pin_with_no_node_in_service_still_asks_for_its_groups_to_be_ranked_last(
     catalog: Catalog,
 ) -> None:
     # A request pinned to p100 waits and no p100 node is in service: its pods have only the autoscaler's p100
@@ -159,10 +156,12 @@ def test_a_pending_pin_with_no_node_in_service_still_asks_for_its_kinds_to_be_ad
     pending = DemandForecast(GPU, 1.0, 1.0, gpus=1, node_selector=P100)
     load = whole_gpu_load("t4-b", 8, 0.9)
     result = plan_fleet(observations, Forecasts(tuple(load), (pending,), "p90", True), catalog, CONFIG, NOW)
-    assert (result.scarce_pins, result.pinned_nodes, result.scale_up_last) == ((Pin(P100, NOW),), (), ())
-    assert [n for n in result.notes if n.startswith("added last")] == [
-        "added last by cluster-autoscaler for a pod without a pin (its priority expander should rank their node "
-        "groups below the others): the kinds kept for pinned pods; none of their nodes is in service"
+    assert (result.scarce_pins, result.pinned_nodes) == ((Pin(P100, NOW),), ())
+    assert [n for n in result.notes if n.startswith("kept for pinned pods")] == [
+        "kept for pinned pods: 0 nodes that only pods pinned to example.com/pool in p100 (last seen 2026-11-29 "
+        "12:00) may use among few others; those without MIG or MPS carry one standby taint more than the largest "
+        "size, in use or not, and cluster-autoscaler's priority expander should rank their node groups below the "
+        "others"
     ]
 
 

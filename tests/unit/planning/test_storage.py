@@ -116,12 +116,11 @@ def test_a_plans_pins_read_back_and_the_newest_published_plan_hands_them_to_the_
         (),
         pins=(pin,),
         scarce_pins=(pin,),
-        pinned_nodes=("p100-1",),
+        pinned_nodes=("p100-1", "v100-1"),
         scarce_kinds=(
             ("nvidia.com/gpu.product", "Tesla-P100-PCIE-16GB"),
             ("nvidia.com/gpu.product", "Tesla-V100"),
         ),
-        scale_up_last=("p100-1", "v100-1"),
     )
     storage.write_plan(storage.run_folder(root, "run-1"), written)
     assert storage.read_plan(storage.run_folder(root, "run-1") / storage.PLAN_JSON) == written
@@ -130,11 +129,11 @@ def test_a_plans_pins_read_back_and_the_newest_published_plan_hands_them_to_the_
     # A plan written before planner_pinned_share reads back with none.
     plan_json = storage.run_folder(root, "run-1") / storage.PLAN_JSON
     older = json.loads(plan_json.read_text())
-    for key in ("pins", "scarce_pins", "pinned_nodes", "scarce_kinds", "scale_up_last"):
+    for key in ("pins", "scarce_pins", "pinned_nodes", "scarce_kinds"):
         del older[key]
     plan_json.write_text(json.dumps(older))
     assert storage.latest_pins(root) == ()
-    assert (storage.read_plan(plan_json).scarce_kinds, storage.read_plan(plan_json).scale_up_last) == ((), ())
+    assert storage.read_plan(plan_json).scarce_kinds == ()
 
 
 def test_the_next_plan_remembers_the_newest_plans_pins_and_none_when_that_plan_cannot_be_read(

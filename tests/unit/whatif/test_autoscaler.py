@@ -440,3 +440,28 @@ def test_the_autoscaler_adds_a_scarce_kind_no_pod_pinned_itself_to_yet_last_once
     # At 6000 s least-waste alone would add the V100 node for the 2-GPU pod that may run anywhere (the smallest
     # that fits, first by name), and the V100-pinned pod at 7000 s would wait for that pod's 20,000 s.
     assert _pinned_replay("V100", 0.125, scarce_kind_share) == pytest.approx(sum(waits) / 3)
+
+
+@pytest.mark.parametrize(("scarce_kind_share", "waits"), [(0.25, (0, 0, 0)), (0.0, (0, 0, 17_000))])
+def test_on_a_fixed_fleet_a_pod_that_may_run_anywhere_opens_a_larger_node_before_a_scarce_kinds(
+    scarce_kind_share: float, waits: tuple[float, float, float]
+) -> None:
+    # No autoscaler: the fleet is a 2-GPU V100 node, a 2-GPU P100 node and an 8-GPU T4 node. The plan at 3600 s
+    # sees the P100 pin, so the GPU model is a label pods pin themselves to, and the V100s (2 of 12 GPUs) are a
+    # scarce kind: the empty V100 node carries three standby taints, the empty T4 node two. At 4000 s the 2-GPU pod
+    # that may run anywhere opens the T4 node, and the V100-pinned pod at 7000 s starts at once. Without the kind
+    # kept the V100 node carries one taint, is opened first, and the V100-pinned pod waits until 24,000 s.
+    from slicewise.planning.config import PlannerConfig
+
+    planner = PlannerConfig(
+        fallback="baseline", eviction_cost_s=0.0, pinned_share=0.25, scarce_kind_share=scarce_kind_share
+    )
+    config = BacktestConfig(eviction_cost_s=0.0, planner=planner, evictable="best-effort")
+    nodes = [TraceNode("n0", 2, "V100"), TraceNode("n1", 2, "P100"), TraceNode("n2", 8, "T4")]
+    pods = (
+        TracePod("p100-pinned", 0, 5000, 1, 1.0, "LS", ("P100",)),
+        TracePod("anywhere", 4000, 20_000, 2, 1.0, "LS", ()),
+        TracePod("v100-pinned", 7000, 1000, 1, 1.0, "LS", ("V100",)),
+    )
+    result = Replay(POLICIES["packing"], pods, nodes, CATALOG, config, (0.0, 30_000.0)).run()
+    assert result.wait_mean_s == pytest.approx(sum(waits) / 3)
