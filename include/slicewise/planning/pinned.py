@@ -27,11 +27,11 @@ waits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slicewise.cluster.base import selector_allows
+from slicewise.cluster.base import GPU_PRODUCT_LABEL, SHARED_SUFFIX, selector_allows
 from slicewise.forecasting.forecasts import Forecasts
 from slicewise.planning.demand import Selector
 from slicewise.planning.types import NodeObservation, Pin
@@ -85,10 +85,9 @@ def pinned(
         if sum(node.gpu_count for node in allowed) <= limit:
             scarce.append(pin)
             nodes.update(node.name for node in allowed)
-    kinds = _scarce_kinds(
-        observations, {label for pin in pins for label, _ in pin.selector}, kind_share * fleet_gpus
-    )
-    nodes |= {obs.node.name for obs in observations if obs.node.labels.items() & kinds}
+    labels = {label for pin in pins for label, _ in pin.selector}
+    kinds = _scarce_kinds(observations, labels, kind_share * fleet_gpus)
+    nodes |= {obs.node.name for obs in observations if _kinds_of(obs.node.labels, labels) & kinds}
     return Pinned(pins, tuple(scarce), tuple(sorted(kinds)), tuple(sorted(nodes)))
 
 
@@ -99,9 +98,19 @@ def _scarce_kinds(
     pins itself to one of them later has only those nodes."""
     gpus: Counter[tuple[str, str]] = Counter()
     for obs in observations:
-        for label in labels & obs.node.labels.keys():
-            gpus[(label, obs.node.labels[label])] += obs.node.gpu_count
+        for kind in _kinds_of(obs.node.labels, labels):
+            gpus[kind] += obs.node.gpu_count
     return {kind for kind, count in gpus.items() if count <= limit}
+
+
+def _kinds_of(node_labels: Mapping[str, str], labels: set[str]) -> set[tuple[str, str]]:
+    """The node's value of each of ``labels`` it carries; the GPU product without the ``-SHARED`` that GPU feature
+    discovery appends while the node is shared by MPS (one model, whatever its mode)."""
+    return {(label, _unshared(label, node_labels[label])) for label in labels & node_labels.keys()}
+
+
+def _unshared(label: str, value: str) -> str:
+    return value.removesuffix(SHARED_SUFFIX) if label == GPU_PRODUCT_LABEL else value
 
 
 def _normal(selector: Iterable[tuple[str, Iterable[str]]]) -> Selector:

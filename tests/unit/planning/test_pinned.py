@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from slicewise.catalog import Catalog
-from slicewise.cluster.base import GpuNode, GpuPod
+from slicewise.cluster.base import GPU_PRODUCT_LABEL, GpuNode, GpuPod, sharing_labels
 from slicewise.forecasting.forecasts import DemandForecast, Forecasts
 from slicewise.planning.config import PlannerConfig, PlannerConfigError
 from slicewise.planning.pinned import pinned
@@ -111,6 +111,41 @@ def test_the_nodes_of_every_scarce_kind_on_a_pinned_label_are_kept_too_pinned_ye
         (),
         (),
     )
+
+
+def test_a_gpu_product_shared_by_mps_counts_as_its_model_not_as_a_kind_of_its_own(catalog: Catalog) -> None:
+    # Pods pin themselves to the GPU product. Of the 20 GPUs, the T4s are 10 (8 whole, 2 shared by MPS, whose
+    # product GPU feature discovery writes with -SHARED): one kind of 10 GPUs, more than an eighth, not a kind of 8
+    # and a scarce one of 2. The P100 node (2 GPUs) runs a pod pinned to its product and is the one kind kept.
+    t4_whole = sharing_labels("Tesla-T4", 1)
+    t4_shared = sharing_labels("Tesla-T4", 2)
+    pinned_p100 = dataclasses.replace(
+        pod("pinned-1", "p100-a", GPU), node_selector={GPU_PRODUCT_LABEL: ("Tesla-P100-PCIE-16GB",)}
+    )
+    observations = [
+        observe(
+            dataclasses.replace(
+                node("p100-a", model="T4-16GB", mig_config="all-disabled", gpus=2),
+                labels=sharing_labels("Tesla-P100-PCIE-16GB", 1),
+            ),
+            pinned_p100,
+        ),
+        observe(
+            dataclasses.replace(
+                node("t4-a", model="T4-16GB", mig_config="all-disabled", gpus=8), labels=t4_whole
+            ),
+            pod("anywhere-1", "t4-a", GPU, evictable=False),
+        ),
+        observe(
+            dataclasses.replace(
+                node("t4-b", model="T4-16GB", mig_config="all-disabled", gpus=2), labels=t4_shared
+            )
+        ),
+        observe(pooled("other-a", 8, "other")),
+    ]
+    result = plan(catalog, observations, dataclasses.replace(CONFIG, scarce_kind_share=0.125))
+    assert result.scarce_kinds == ((GPU_PRODUCT_LABEL, "Tesla-P100-PCIE-16GB"),)
+    assert result.pinned_nodes == ("p100-a",)
 
 
 def test_a_pin_whose_nodes_hold_more_than_the_share_keeps_nothing(catalog: Catalog) -> None:
