@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slicewise.cluster.base import GPU_PRODUCT_LABEL, SHARED_SUFFIX, selector_allows
+from slicewise.cluster.base import GPU_PRODUCT_LABEL, SHARED_SUFFIX, GpuNode, selector_allows
 from slicewise.forecasting.forecasts import Forecasts
 from slicewise.planning.demand import Selector
 from slicewise.planning.types import NodeObservation, Pin
@@ -86,20 +86,21 @@ def pinned(
             scarce.append(pin)
             nodes.update(node.name for node in allowed)
     labels = {label for pin in pins for label, _ in pin.selector}
-    kinds = _scarce_kinds(observations, labels, kind_share * fleet_gpus)
-    nodes |= {obs.node.name for obs in observations if _kinds_of(obs.node.labels, labels) & kinds}
+    node_kinds = [(obs.node, _kinds_of(obs.node.labels, labels)) for obs in observations]
+    kinds = _scarce_kinds(node_kinds, kind_share * fleet_gpus)
+    nodes |= {node.name for node, of_node in node_kinds if of_node & kinds}
     return Pinned(pins, tuple(scarce), tuple(sorted(kinds)), tuple(sorted(nodes)))
 
 
 def _scarce_kinds(
-    observations: Sequence[NodeObservation], labels: set[str], limit: float
+    node_kinds: Sequence[tuple[GpuNode, set[tuple[str, str]]]], limit: float
 ) -> set[tuple[str, str]]:
-    """The kinds of node (a value of a label some pin names) whose nodes hold at most ``limit`` GPUs: a pod that
-    pins itself to one of them later has only those nodes."""
+    """The kinds of node (a value of a label some pin names; ``node_kinds``: each node's) whose nodes hold at most
+    ``limit`` GPUs: a pod that pins itself to one of them later has only those nodes."""
     gpus: Counter[tuple[str, str]] = Counter()
-    for obs in observations:
-        for kind in _kinds_of(obs.node.labels, labels):
-            gpus[kind] += obs.node.gpu_count
+    for node, kinds in node_kinds:
+        for kind in kinds:
+            gpus[kind] += node.gpu_count
     return {kind for kind, count in gpus.items() if count <= limit}
 
 
