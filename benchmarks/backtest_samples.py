@@ -46,7 +46,8 @@ for MPS nodes (what the shared reserve is worth when pods do not ask for it); ``
 replays ``static`` and ``packing`` with a cluster autoscaler for every node (and makes ``ideal`` and the three
 ``sharing`` references pay for the nodes they held over its unneeded time: ``whatif.held``), and a last column of the
 summary gives ``packing``'s share of ``ideal``'s cut in paid GPU-hours (``service_gpu_hours``);
-``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods; with
+``--no-shared-node-group`` replays that autoscaler without a node group shared by MPS for fractional pods
+(``--shared-node-group-max-gpus N``: only for the machine types of at most N GPUs); with
 the group (the default) ``static-shared`` is replayed too (``static`` in that cluster setup, no planner), and each
 row and summary say how its wait compares with ``static``'s and how often the planner waits less or longer than
 it: what the hourly decisions add beyond the setup.
@@ -692,6 +693,13 @@ def main() -> int:
         help="the autoscaler adds every node as its group started, whole GPUs (the backtest's "
         "--no-shared-node-group)",
     )
+    parser.add_argument(
+        "--shared-node-group-max-gpus",
+        type=int,
+        metavar="N",
+        help="only machine types of at most N GPUs have a node group shared by MPS (the backtest's flag; default: "
+        "every type)",
+    )
     args = parser.parse_args()
     try:
         planner = planner_overrides(args.planner)
@@ -711,6 +719,7 @@ def main() -> int:
         "scale_down_utilization_threshold": args.scale_down_utilization_threshold,
         "scale_down_delay_after_add_s": args.scale_down_delay_after_add_s,
         "shared_node_group": args.shared_node_group,
+        "shared_node_group_max_gpus": args.shared_node_group_max_gpus,
     }
     variants = args.only or list(SAMPLES)
     jobs: dict[tuple[str, int, str, str], list[Future[Figures]]] = {}
@@ -786,6 +795,10 @@ def main() -> int:
             changed += f", none within {args.scale_down_delay_after_add_s:.0f} s of a scale-up"
         if not args.shared_node_group:
             changed += "; no node group shared by MPS"
+        elif args.shared_node_group_max_gpus is not None:
+            changed += (
+                f"; a node group shared by MPS for machines of at most {args.shared_node_group_max_gpus} GPUs"
+            )
         if args.keep_released:
             changed += "; no autoscaler: nodes a consolidation empties stay in service"
         if args.evictable != "all":

@@ -69,14 +69,10 @@ from slicewise.errors import task_outcome
             description="Pods the replay may evict: annotated (slicewise.io/evictable=true, as in your cluster) or all.",
         ),
         "compare_standby": Param(
-            True,
-            type="boolean",
-            description="Replay packing once more with planner_standby the other way round.",
+            True, type="boolean", description="Replay packing with the other planner_standby."
         ),
         "compare_whole_gpu_demand": Param(
-            True,
-            type="boolean",
-            description="Replay packing once more with the other planner_whole_gpu_demand.",
+            True, type="boolean", description="Replay packing with the other planner_whole_gpu_demand."
         ),
         "compare_mps_release_below": Param(
             [0, 1],
@@ -111,6 +107,12 @@ from slicewise.errors import task_outcome
             description="Your cluster has a node group shared by MPS that the autoscaler adds nodes from for "
             "fractional pods (docs/planner.md, 'A node group shared by MPS').",
         ),
+        "shared_node_group_max_gpus": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="Only your machine types of at most this many GPUs have that group (empty: every type).",
+        ),
     },
     doc_md=__doc__,
 )
@@ -139,6 +141,7 @@ def gpu_whatif_review() -> None:
             params.get("scale_down_delay_after_add_s", 600),
             params.get("compare_mps_release_below", [0, 1]),
             params.get("evictable", "annotated"),
+            params.get("shared_node_group_max_gpus"),
         )
         outlet_events[WHATIF_REVIEW].extra = summary
         return summary

@@ -359,6 +359,10 @@ def test_the_lazy_app_is_built_once_on_the_first_request() -> None:
             "removes nodes empty and nodes under 50% GPU utilisation whose pods fit elsewhere for 600 s; with a node "
             "group shared by MPS",
         ),
+        (
+            {"scale_down_unneeded_s": 600.0, "shared_node_group": True, "shared_node_group_max_gpus": 2},
+            "removes nodes empty for 600 s; with a node group shared by MPS for the machines of at most 2 GPUs",
+        ),
         # A review from before the utilisation threshold and the shared group: empty nodes only, no group.
         (
             {"scale_down_unneeded_s": 600.0},

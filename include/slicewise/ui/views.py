@@ -288,8 +288,8 @@ def _stranded(figures: Mapping[str, Any]) -> object:
 
 def _autoscaler(model: Mapping[str, Any]) -> str:
     """How the review replayed the cluster autoscaler (Params ``scale_down_unneeded_s``,
-    ``scale_down_utilization_threshold``, ``shared_node_group``). A review written before a setting existed did
-    without it: its summary lacks the key."""
+    ``scale_down_utilization_threshold``, ``shared_node_group``, ``shared_node_group_max_gpus``). A review written
+    before a setting existed did without it: its summary lacks the key."""
     unneeded = model.get("scale_down_unneeded_s")
     if not isinstance(unneeded, int | float) or not is_number(unneeded):
         return "none modelled (only nodes a consolidation releases leave service)"
@@ -299,5 +299,12 @@ def _autoscaler(model: Mapping[str, Any]) -> str:
         if isinstance(threshold, int | float) and is_number(threshold) and threshold > 0
         else ""
     )
-    group = "with" if model.get("shared_node_group") is True else "without"
-    return f"removes nodes empty{under} for {unneeded:,.0f} s; {group} a node group shared by MPS"
+    largest = model.get("shared_node_group_max_gpus")
+    group = (
+        "without a node group shared by MPS"
+        if model.get("shared_node_group") is not True
+        else f"with a node group shared by MPS for the machines of at most {largest} GPUs"
+        if isinstance(largest, int)
+        else "with a node group shared by MPS"
+    )
+    return f"removes nodes empty{under} for {unneeded:,.0f} s; {group}"

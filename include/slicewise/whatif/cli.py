@@ -273,6 +273,13 @@ def register(subparsers: Any) -> None:
         "node comes back as its group started, whole GPUs)",
     )
     parser.add_argument(
+        "--shared-node-group-max-gpus",
+        type=int,
+        metavar="N",
+        help="with --shared-node-group: only machine types of at most N GPUs have a group shared by MPS; a larger "
+        "machine added for a fractional pod comes up whole (default: every type has one)",
+    )
+    parser.add_argument(
         "--drain-cap-days",
         type=float,
         default=30.0,
@@ -410,6 +417,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--plan-offset-s must be a multiple of {BacktestConfig.step_s} under 3600")
     if not 0 <= args.scale_down_utilization_threshold <= 1:
         raise ValueError("--scale-down-utilization-threshold must be in [0, 1]")
+    if args.shared_node_group_max_gpus is not None and args.shared_node_group_max_gpus < 1:
+        raise ValueError("--shared-node-group-max-gpus must be >= 1")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
     if not args.release_min_pod_age_h >= 0:
@@ -446,6 +455,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         scale_down_utilization_threshold=args.scale_down_utilization_threshold,
         scale_down_delay_after_add_s=args.scale_down_delay_after_add_s,
         shared_node_group=args.shared_node_group,
+        shared_node_group_max_gpus=args.shared_node_group_max_gpus,
         plan_offset_s=args.plan_offset_s,
         planner=dataclasses.replace(
             base.planner,

@@ -119,6 +119,11 @@ class BacktestConfig:
     # a node the autoscaler adds for a fractional pod that fits an MPS tenant comes from a second node group of the
     # same machines, shared by MPS (the reserve's tenants per GPU); only for policies that share GPUs
     shared_node_group: bool = True
+    # with shared_node_group: only machine types of at most this many GPUs have such a group (None: every type); a
+    # larger machine the autoscaler adds for a fractional pod comes up whole. On a cluster whose whole-GPU pods
+    # need the large machines, an MPS node there holds their GPUs for a few fractional pods; on the public traces it
+    # costs more than it saves (docs/backtest.md, "The group only for the small machines")
+    shared_node_group_max_gpus: int | None = None
     step_s: int = 300  # load samples for the forecaster's baselines
     # The planner runs this long past each hour of the replay, as the hourly DAG runs at some minute of the hour (a
     # multiple of step_s under an hour; 0: on the hour). Which minute is arbitrary, and on a few busy samples a
@@ -145,6 +150,10 @@ class BacktestConfig:
     def __post_init__(self) -> None:
         if self.evictable not in EVICTABLE:
             raise ValueError(f"evictable must be one of {', '.join(EVICTABLE)}, got {self.evictable!r}")
+        if self.shared_node_group_max_gpus is not None and self.shared_node_group_max_gpus < 1:
+            raise ValueError(
+                f"shared_node_group_max_gpus must be at least 1, got {self.shared_node_group_max_gpus}"
+            )
         if not 0 <= self.plan_offset_s < HOUR_S or self.plan_offset_s % self.step_s:
             raise ValueError(
                 f"plan_offset_s must be a multiple of step_s ({self.step_s} s) under an hour, got "
@@ -533,10 +542,13 @@ class Replay:
         tenants per GPU; cluster-autoscaler's ``priority`` expander ranks it first, and whole-GPU pods, which
         require unshared GPUs, fit only the other group). A pod that took a whole GPU of a new node for its
         fraction strands the rest of that GPU for its whole run (docs/backtest.md, "A node group shared by
-        MPS"). Policies that never share GPUs have no such group; ``static-shared`` has it without a planner."""
+        MPS"). Policies that never share GPUs have no such group; ``static-shared`` has it without a planner; with
+        ``shared_node_group_max_gpus`` only the machines of at most that many GPUs have one."""
         node = self.fleet.nodes[index]
+        largest = self.config.shared_node_group_max_gpus
         if (
             self.config.shared_node_group
+            and (largest is None or node.gpus <= largest)
             and self.policy.shares_gpus
             and ask.gpus == 1
             and ask.share <= 1 / RESERVE_REPLICAS

@@ -58,6 +58,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
             "scale_down_utilization_threshold": config.scale_down_utilization_threshold,
             "scale_down_delay_after_add_s": config.scale_down_delay_after_add_s,
             "shared_node_group": config.shared_node_group,
+            "shared_node_group_max_gpus": config.shared_node_group_max_gpus,
             "plan_offset_s": config.plan_offset_s,
             "price_per_gpu_hour": config.price_per_gpu_hour,
             "prices": dict(config.prices),

@@ -113,6 +113,7 @@ def run_review(
     scale_down_delay_after_add_s: float = 600.0,
     compare_mps_release_below: Sequence[float] = (0.0, 1.0),
     evictable: str = "annotated",
+    shared_node_group_max_gpus: int | None = None,
 ) -> dict[str, Any]:
     """Replay ``[since, until)`` (whole UTC hours) and publish the review; returns what the task reports: the
     window, hours read and missing, each policy's headline figures, the consolidation and standby choices and the
@@ -122,7 +123,8 @@ def run_review(
     the other ``planner_whole_gpu_demand``; ``scale_down_unneeded_s``: the cluster autoscaler's unneeded time, to
     replay it for every node of every policy (None: a fleet without one, where a node a consolidation empties stays
     in service: ``BacktestConfig.keep_released``); ``shared_node_group``: whether
-    the autoscaler adds nodes for fractional pods from a node group shared by MPS; ``scale_down_utilization_threshold``:
+    the autoscaler adds nodes for fractional pods from a node group shared by MPS (``shared_node_group_max_gpus``:
+    only for machine types of at most that many GPUs; None: every type); ``scale_down_utilization_threshold``:
     its threshold under which a node in use whose pods fit elsewhere is drained too (0: empty nodes only;
     BacktestConfig); ``scale_down_delay_after_add_s``: how long after a scale-up it removes nothing;
     ``compare_mps_release_below``: with an autoscaler and ``planner_keep_shaped``, replay ``packing`` once more
@@ -196,6 +198,7 @@ def run_review(
         scale_down_utilization_threshold=scale_down_utilization_threshold,
         scale_down_delay_after_add_s=scale_down_delay_after_add_s,
         shared_node_group=shared_node_group,
+        shared_node_group_max_gpus=shared_node_group_max_gpus,
         evictable=evictable,
         planner=planner,
     )

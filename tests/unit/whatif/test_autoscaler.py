@@ -4,6 +4,7 @@ removes, when, what it costs the pods and what the cluster pays; every figure co
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -189,23 +190,59 @@ def test_a_node_the_autoscaler_adds_back_comes_in_its_groups_configuration() -> 
 def test_the_autoscaler_adds_a_node_for_fractional_pods_from_the_group_shared_by_mps(
     policy: str, shared_group: bool, share: float, mean_wait_s: float
 ) -> None:
-    # p holds n1's GPU until 2900 s; n2 is empty from 0 and removed at 600. f1 arrives at 1000 and fits no node in
-    # service: the autoscaler asks for a node (back 200 s later, at 1200). f2 arrives at 1100 while it boots: the
-    # autoscaler's estimator puts it on the node being added if a tenant is left there, else it waits (no other
-    # released node). Everything ends by 3200 s, before the first plan (3600 s).
+    # n2 is one GPU: f2 arrives at 1100 while it boots and goes on it if a tenant is left there, else it waits
+    # for f1 to end (no other released node).
+    assert _fractional_scale_up(
+        policy, 1, (1000, 1100), share, shared_node_group=shared_group
+    ) == pytest.approx(mean_wait_s)
+
+
+@pytest.mark.parametrize(
+    ("max_gpus", "mean_wait_s"),
+    [
+        (None, (200 + 100 + 50) / 3),  # every machine type has a group: n2 comes up with 4 tenants
+        (2, (200 + 100 + 50) / 3),  # n2's 2 GPUs are within the cap: the same
+        (1, (200 + 100 + 1050) / 3),  # n2 is larger: it comes up whole, and f3 waits for f1 to end
+    ],
+)
+def test_only_the_machines_within_the_cap_come_up_shared_by_mps(
+    max_gpus: int | None, mean_wait_s: float
+) -> None:
+    # n2 is two GPUs: f2 and f3 arrive while it boots and take its slots while one is left (two tenants per GPU
+    # shared by MPS, else one per whole GPU).
+    waited = _fractional_scale_up(
+        "static-shared", 2, (1000, 1100, 1150), 0.25, shared_node_group_max_gpus=max_gpus
+    )
+    assert waited == pytest.approx(mean_wait_s)
+
+
+def _fractional_scale_up(
+    policy: str, n2_gpus: int, arrivals: tuple[float, ...], share: float, **config: Any
+) -> float:
+    """The fractional pods' mean wait: p holds n1's one GPU until 2900 s; n2 (``n2_gpus`` GPUs) is empty from 0
+    and removed at 600. The first fractional pod (all run 1000 s) fits no node in service: the autoscaler adds n2,
+    back 200 s later, and its estimator puts the pods that arrive while it boots on it while a slot is left.
+    Everything ends before the first plan (3600 s)."""
     from slicewise.planning.config import PlannerConfig
 
     planner = PlannerConfig(fallback="baseline", eviction_cost_s=0.0)
-    config = dataclasses.replace(AUTOSCALED, planner=planner, shared_node_group=shared_group)
-    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", 1, "T4")]
-    pods = (
-        pod("p", 0, 2900),
-        TracePod("f1", 1000, 1000, 1, share, "LS", ()),
-        TracePod("f2", 1100, 1000, 1, share, "LS", ()),
-    )
-    result = Replay(POLICIES[policy], pods, nodes, CATALOG, config, (0.0, 3000.0)).run()
-    assert result.nodes_added == 1
-    assert result.wait_by_class[FRACTIONAL].mean_s == pytest.approx(mean_wait_s)
+    nodes = [TraceNode("n1", 1, "T4"), TraceNode("n2", n2_gpus, "T4")]
+    fractional = (TracePod(f"f{i}", at, 1000, 1, share, "LS", ()) for i, at in enumerate(arrivals, 1))
+    replayed = Replay(
+        POLICIES[policy],
+        (pod("p", 0, 2900), *fractional),
+        nodes,
+        CATALOG,
+        dataclasses.replace(AUTOSCALED, planner=planner, **config),
+        (0.0, 3000.0),
+    ).run()
+    assert replayed.nodes_added == 1
+    return replayed.wait_by_class[FRACTIONAL].mean_s
+
+
+def test_a_cap_under_one_gpu_is_refused() -> None:
+    with pytest.raises(ValueError, match="shared_node_group_max_gpus must be at least 1, got 0"):
+        BacktestConfig(shared_node_group_max_gpus=0)
 
 
 def test_static_shared_never_plans_and_on_a_fixed_fleet_is_static() -> None:

@@ -222,10 +222,12 @@ def test_an_autoscaler_for_every_node_is_replayed_when_the_cluster_runs_one(
         scale_down_unneeded_s=0.0,
         shared_node_group=False,
         scale_down_utilization_threshold=0.3,
+        shared_node_group_max_gpus=2,
     )
     written = json.loads((review_folder(root, DAY, until) / "summary.json").read_text())
     model = written["model"]
     assert (model["scale_down_unneeded_s"], model["shared_node_group"]) == (0.0, False)
+    assert model["shared_node_group_max_gpus"] == 2
     assert model["scale_down_utilization_threshold"] == 0.3
     # Nodes the simulated fleet leaves idle leave service at once: the cluster pays for fewer GPU-hours.
     assert (

@@ -153,6 +153,8 @@ def test_bad_arguments_give_one_error_line(
     assert capsys.readouterr().err.startswith("error: --scale-down-utilization-threshold must be in [0, 1]")
     assert main([*args, "--scale-down-delay-after-add-s", "-1"]) == 2
     assert capsys.readouterr().err.startswith("error: --scale-down-delay-after-add-s must be >= 0")
+    assert main([*args, "--shared-node-group-max-gpus", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: --shared-node-group-max-gpus must be >= 1")
     assert main([*args, "--keep-released", "--scale-down-unneeded-s", "600"]) == 2
     assert capsys.readouterr().err.startswith("error: --keep-released is a fleet without an autoscaler")
     for offset in ("100", "3600", "-300"):
@@ -186,6 +188,9 @@ def test_an_autoscaler_for_every_node_removes_idle_ones_and_the_cluster_pays_les
     )
     assert main([*args, "--scale-down-unneeded-s", "600", "--no-shared-node-group"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["shared_node_group"] is False
+    assert scaled["model"]["shared_node_group_max_gpus"] is None  # every machine type has a group
+    assert main([*args, "--scale-down-unneeded-s", "600", "--shared-node-group-max-gpus", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["shared_node_group_max_gpus"] == 2
     assert main([*args, "--scale-down-unneeded-s", "600", "--scale-down-utilization-threshold", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["scale_down_utilization_threshold"] == 0.0
     assert scaled["model"]["planner"]["keep_shaped"] is True  # planner_keep_shaped, as production
