@@ -11,8 +11,7 @@ this cluster's own load and what each setting trades (docs/backtest.md, "The wha
 |---|---|
 | `replay_history` | reads the window's published (validated) partitions — quarantined or missing hours left out and counted —, replays them and publishes `whatif/<since>_<until>/report.html` and `summary.json` under the storage root at once; logs those choices and how many pods opted in to evictions; emits `slicewise_whatif_review` with the headline figures. No validated hour in the window: skipped with the reason |
 
-Params: each is described in the trigger form, and docs/backtest.md ("The what-if review") has their table; the
-cluster autoscaler's `scale_down_unneeded_s` is empty by default (no autoscaler).
+Params: each is described in the trigger form, and docs/backtest.md ("The what-if review") has their table.
 """
 
 from __future__ import annotations
@@ -68,9 +67,7 @@ from slicewise.errors import task_outcome
             enum=["annotated", "all"],
             description="Pods the replay may evict: annotated (slicewise.io/evictable=true, as in your cluster) or all.",
         ),
-        "compare_standby": Param(
-            True, type="boolean", description="Replay packing with the other planner_standby."
-        ),
+        "compare_standby": Param(True, type="boolean", description="Replay packing with the other standby."),
         "compare_whole_gpu_demand": Param(
             True, type="boolean", description="Replay packing with the other planner_whole_gpu_demand."
         ),

@@ -383,5 +383,10 @@ def _device_plugin_configs(replicas: list[Any]) -> dict[str, DevicePluginConfig]
 # The planner asks once per node and run; a fleet has a handful of products.
 @functools.lru_cache(maxsize=4096)
 def _product_key(product: str) -> str:
-    key = _PRODUCT_SUFFIXES.sub("", product.strip()).upper()
-    return key.removeprefix("NVIDIA-")
+    return product_without_suffixes(product).upper().removeprefix("NVIDIA-")
+
+
+def product_without_suffixes(product: str) -> str:
+    """A GFD ``nvidia.com/gpu.product`` without the suffix it appends for MIG (``-MIG-<profile>``,
+    ``-MIG-INVALID``) or sharing (``-SHARED``): the GPU model, whatever the node's mode."""
+    return _PRODUCT_SUFFIXES.sub("", product.strip())

@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slicewise.cluster.base import GPU_PRODUCT_LABEL, SHARED_SUFFIX, GpuNode, selector_allows
+from slicewise.catalog.configs import product_without_suffixes
+from slicewise.cluster.base import GPU_PRODUCT_LABEL, GpuNode, selector_allows
 from slicewise.forecasting.forecasts import Forecasts
 from slicewise.planning.demand import Selector
 from slicewise.planning.types import NodeObservation, Pin
@@ -105,13 +106,13 @@ def _scarce_kinds(
 
 
 def _kinds_of(node_labels: Mapping[str, str], labels: set[str]) -> set[tuple[str, str]]:
-    """The node's value of each of ``labels`` it carries; the GPU product without the ``-SHARED`` that GPU feature
-    discovery appends while the node is shared by MPS (one model, whatever its mode)."""
+    """The node's value of each of ``labels`` it carries; the GPU product without the suffix GPU feature discovery
+    appends while the node is shared by MPS or split by MIG (one model, whatever its mode)."""
     return {(label, _unshared(label, node_labels[label])) for label in labels & node_labels.keys()}
 
 
 def _unshared(label: str, value: str) -> str:
-    return value.removesuffix(SHARED_SUFFIX) if label == GPU_PRODUCT_LABEL else value
+    return product_without_suffixes(value) if label == GPU_PRODUCT_LABEL else value
 
 
 def _normal(selector: Iterable[tuple[str, Iterable[str]]]) -> Selector:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from slicewise.catalog.configs import product_without_suffixes
 from slicewise.cluster.base import LAST_CHANGE_ANNOTATION, STANDBY_TAINTS, GpuNode
 from slicewise.ui.tables import Link, Table, at, is_number, number
 from slicewise.whatif import reviews
@@ -125,7 +126,7 @@ def model_counts(nodes: Iterable[GpuNode]) -> Table:
     (``-MIG-<profile>``) or sharing (``-SHARED``)."""
     counts: dict[str, tuple[int, int]] = {}
     for node in nodes:
-        model = (node.gpu_product or "?").split("-MIG-")[0].removesuffix("-SHARED")
+        model = product_without_suffixes(node.gpu_product or "?")
         n, gpus = counts.get(model, (0, 0))
         counts[model] = (n + 1, gpus + node.gpu_count)
     rows = tuple((model, number(n), number(g)) for model, (n, g) in sorted(counts.items()))
