@@ -78,6 +78,8 @@ class Settings:
     rollout_mig_timeout_s: float
     rollout_poll_s: float
     rollout_lock_ttl_s: float
+    autoscaler_node_groups: str
+    autoscaler_namespace: str
     analysis_bake_s: float
     analysis_interval_s: float
     analysis_count: int

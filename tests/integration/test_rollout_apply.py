@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from slicewise.cluster.base import PRIORITY_EXPANDER_CONFIG_MAP
 from slicewise.rollout import ledger as ledger_mod
 from slicewise.rollout.ledger import Ledger
 from slicewise.simulator.cluster import SimulatedCluster
@@ -103,10 +104,21 @@ def _labels(fleet: LiveFleet) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_apply_mode_promotes_the_waves_and_the_nodes_end_as_planned(live_fleet: LiveFleet) -> None:
+def test_apply_mode_promotes_the_waves_and_the_nodes_end_as_planned(
+    live_fleet: LiveFleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups = [
+        {"pattern": "^sim-gpu-h100$", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        {"pattern": "^sim-gpu-mps-h100$", "labels": {"nvidia.com/device-plugin.config": "mps-2"}},
+    ]
+    monkeypatch.setenv("SLICEWISE_AUTOSCALER_NODE_GROUPS", json.dumps(groups))
     states = run_dag(**APPLY)
     assert states["__run__"] == "success", states
     plan = read_plan(live_fleet.home)
+    # The autoscaler's groups are ranked before the waves, in the ConfigMap the simulated cluster starts with.
+    priorities = live_fleet.cluster().get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP)
+    assert priorities.data["priorities"] == "30:\n- ^sim-gpu-mps-h100$\n20:\n- ^sim-gpu-h100$\n1:\n- .*\n"
+    assert any("30 (shared by MPS): ^sim-gpu-mps-h100$; 20 (whole GPUs)" in note for note in plan["notes"])
     changes = [n for n in plan["nodes"] if n["action"] == "change"]
     assert changes, "the plan must change something for this test to mean anything"
     labels = _labels(live_fleet)

@@ -14,6 +14,7 @@ unmodified. What it implements, and how faithfully:
 * ``GET /api/v1/pods`` (all namespaces; ``fieldSelector`` with ``=``/``==``/``!=`` on the pod fields the
   API server supports, ``labelSelector``).
 * ``GET /apis/policy/v1/namespaces/{ns}/poddisruptionbudgets``.
+* ``GET`` and ``PATCH /api/v1/namespaces/{ns}/configmaps/{name}`` (the patch as for nodes, without label checks).
 * ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``: PodDisruptionBudget check as the eviction
   registry does it (pending and finished pods skip it; two budgets → 500; none allowed → 429), then the pod
   is deleted at once (no graceful termination) and the budget's ``disruptionsAllowed`` goes down by one.
@@ -92,6 +93,7 @@ class _State:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pdbs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 class FakeApiServer:
@@ -103,6 +105,7 @@ class FakeApiServer:
         nodes: Iterable[Mapping[str, Any]] = (),
         pods: Iterable[Mapping[str, Any]] = (),
         pdbs: Iterable[Mapping[str, Any]] = (),
+        config_maps: Iterable[Mapping[str, Any]] = (),
         token: str | None = None,
         rbac: Collection[Permission] | None = None,
     ) -> None:
@@ -124,6 +127,8 @@ class FakeApiServer:
             self.add_pod(pod)
         for budget in pdbs:
             self.add_pdb(budget)
+        for config_map in config_maps:
+            self.add_config_map(config_map)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -196,6 +201,27 @@ class FakeApiServer:
         with self._lock:
             self._stamp(obj)
             self._state.pdbs[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+
+    def add_config_map(self, config_map: Mapping[str, Any]) -> None:
+        obj = copy.deepcopy(dict(config_map))
+        obj.update(kind="ConfigMap", apiVersion="v1")
+        obj["metadata"].setdefault("namespace", "default")
+        with self._lock:
+            self._stamp(obj)
+            self._state.config_maps[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._state.config_maps[(namespace, name)])
+
+    def update_config_map_externally(
+        self, namespace: str, name: str, change: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """Another writer changes the ConfigMap (a person with kubectl): its resourceVersion moves on."""
+        with self._lock:
+            obj = self._state.config_maps[(namespace, name)]
+            change(obj)
+            self._stamp(obj)
 
     def node(self, name: str) -> dict[str, Any]:
         with self._lock:
@@ -320,6 +346,12 @@ class FakeApiServer:
             ),
             ("GET", r"/api/v1/pods", lambda: self._list_pods(query)),
             ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", self._list_pdbs),
+            ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)", self._get_config_map),
+            (
+                "PATCH",
+                r"/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)",
+                lambda ns, name: self._patch_config_map(ns, name, content_type, body),
+            ),
             (
                 "POST",
                 r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction",
@@ -357,6 +389,7 @@ class FakeApiServer:
         yield from self._state.nodes.values()
         yield from self._state.pods.values()
         yield from self._state.pdbs.values()
+        yield from self._state.config_maps.values()
 
     def _list_nodes(self, query: Mapping[str, list[str]]) -> tuple[int, Any]:
         match = label_selector(query.get("labelSelector", [""])[0])
@@ -369,38 +402,55 @@ class FakeApiServer:
         return 200, copy.deepcopy(self._state.nodes[name])
 
     def _patch_node(self, name: str, content_type: str, patch: Any) -> tuple[int, Any]:
-        if content_type not in _PATCH_TYPES:
-            raise ApiError(
-                415,
-                "the body of the request was in an unknown format - accepted media types include: "
-                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
-                "application/strategic-merge-patch+json",
-            )
-        if not isinstance(patch, dict):
-            raise ApiError(400, "error decoding patch: the patch must be a JSON object")
-        if content_type.startswith("application/strategic") and has_list(patch):
-            raise ApiError(400, "stand-in: strategic merge of lists is not implemented; send a merge patch")
         if name not in self._state.nodes:
+            _check_patch(content_type, patch)
             raise ApiError(404, f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
-        stored = self._state.nodes[name]
+        updated = self._patched("nodes", name, self._state.nodes[name], content_type, patch)
+        validate_labels(name, updated["metadata"].get("labels") or {})
+        return self._store(self._state.nodes, name, updated)
+
+    def _get_config_map(self, ns: str, name: str) -> tuple[int, Any]:
+        if (ns, name) not in self._state.config_maps:
+            raise ApiError(404, f'configmaps "{name}" not found', {"name": name, "kind": "configmaps"})
+        return 200, copy.deepcopy(self._state.config_maps[(ns, name)])
+
+    def _patch_config_map(self, ns: str, name: str, content_type: str, patch: Any) -> tuple[int, Any]:
+        if (ns, name) not in self._state.config_maps:
+            _check_patch(content_type, patch)
+            raise ApiError(404, f'configmaps "{name}" not found', {"name": name, "kind": "configmaps"})
+        updated = self._patched("configmaps", name, self._state.config_maps[(ns, name)], content_type, patch)
+        return self._store(self._state.config_maps, (ns, name), updated)
+
+    def _store(
+        self, objects: dict[Any, dict[str, Any]], key: Any, updated: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """Keep ``updated``; a write that changes something bumps the resourceVersion, a no-op does not."""
+        if updated != objects[key]:
+            self._stamp(updated)
+            objects[key] = updated
+        return 200, copy.deepcopy(objects[key])
+
+    def _patched(
+        self, kind: str, name: str, stored: dict[str, Any], content_type: str, patch: Any
+    ) -> dict[str, Any]:
+        """``stored`` with ``patch`` applied; a ``metadata.resourceVersion`` in it is a precondition (409)."""
+        _check_patch(content_type, patch)
         precondition = (patch.get("metadata") or {}).get("resourceVersion")
         if precondition is not None and precondition != stored["metadata"]["resourceVersion"]:
             raise ApiError(
                 409,
-                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                f'Operation cannot be fulfilled on {kind} "{name}": the object has been modified; '
                 "please apply your changes to the latest version and try again",
-                {"name": name, "kind": "nodes"},
+                {"name": name, "kind": kind},
             )
         updated = copy.deepcopy(stored)
         merge_patch(updated, copy.deepcopy(patch))
         updated["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
         if updated["metadata"].get("name") != name:
-            raise ApiError(422, f'Node "{name}" is invalid: metadata.name: Invalid value: field is immutable')
-        validate_labels(name, updated["metadata"].get("labels") or {})
-        if updated != stored:
-            self._stamp(updated)
-            self._state.nodes[name] = updated
-        return 200, copy.deepcopy(self._state.nodes[name])
+            raise ApiError(
+                422, f'{stored["kind"]} "{name}" is invalid: metadata.name: Invalid value: field is immutable'
+            )
+        return updated
 
     def _list_pods(self, query: Mapping[str, list[str]]) -> tuple[int, Any]:
         by_field = field_selector(query.get("fieldSelector", [""])[0])
@@ -465,6 +515,22 @@ class FakeApiServer:
                 self._stamp(budget)
         del self._state.pods[(ns, name)]
         return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _check_patch(content_type: str, patch: Any) -> None:
+    """What the API server refuses before it looks the object up: an unknown patch type, a body that is not an
+    object, and (the stand-in's limit) a strategic merge of lists."""
+    if content_type not in _PATCH_TYPES:
+        raise ApiError(
+            415,
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, "
+            "application/strategic-merge-patch+json",
+        )
+    if not isinstance(patch, dict):
+        raise ApiError(400, "error decoding patch: the patch must be a JSON object")
+    if content_type.startswith("application/strategic") and has_list(patch):
+        raise ApiError(400, "stand-in: strategic merge of lists is not implemented; send a merge patch")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -4,6 +4,7 @@ evictions, cordons, and a state file that several processes share."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,10 @@ from slicewise.cluster.base import (
     MANAGED_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
+    PRIORITY_EXPANDER_CONFIG_MAP,
     ClusterError,
+    ConfigMapChanged,
+    ConfigMapNotFound,
     EvictionBlocked,
     LabelsChanged,
     NodeNotFound,
@@ -238,6 +242,30 @@ def test_given_annotations_and_cordons_then_the_node_shows_them(cluster: Simulat
     cordoned = cluster.cordon("sim-h200-0")
     assert cordoned.unschedulable and cluster.cordon("sim-h200-0") == cordoned  # idempotent
     assert not cluster.uncordon("sim-h200-0").unschedulable
+
+
+def test_a_configmap_write_from_a_stale_read_is_refused_and_a_state_from_before_gets_the_shipped_ones(
+    tmp_path: Path, fleet: Fleet, clock: FakeClock
+) -> None:
+    cluster = SimulatedCluster.open(tmp_path / "state.json", fleet=fleet, clock=clock)
+    read = cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP)
+    assert read.data["priorities"].startswith("20:\n  - .*-gpu-mps-.*")  # include/k8s/, as applied
+    written = cluster.update_config_map(read, {"priorities": "10:\n  - .*\n"}, {"example.com/by": "test"})
+    assert int(written.resource_version) > int(read.resource_version)
+    assert (
+        cluster.update_config_map(written, {"priorities": "10:\n  - .*\n"}, {}) == written
+    )  # no-op: no bump
+
+    with pytest.raises(ConfigMapChanged):
+        cluster.update_config_map(read, {"priorities": "5:\n  - .*\n"}, {})
+    assert cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP) == written
+    with pytest.raises(ConfigMapNotFound, match="has kube-system/cluster-autoscaler-priority-expander"):
+        cluster.get_config_map("autoscaler", PRIORITY_EXPANDER_CONFIG_MAP)
+
+    state = json.loads((tmp_path / "state.json").read_text())
+    del state["config_maps"]  # written by a version that kept none
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP).data == read.data
 
 
 # -- the shared state file ----------------------------------------------------------------------------------------

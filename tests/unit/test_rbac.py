@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from slicewise.cluster.base import ClusterError, EvictionBlocked
+from slicewise.cluster.base import PRIORITY_EXPANDER_CONFIG_MAP, ClusterError, EvictionBlocked
 from slicewise.cluster.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from tests.support.fake_apiserver import FakeApiServer, fleet_nodes, gpu_pod, pdb
 
@@ -21,10 +21,11 @@ def _documents() -> dict[str, dict[str, Any]]:
 
 
 def granted() -> set[tuple[str, str, str]]:
-    """Every (apiGroup, resource, verb) the ClusterRole grants, rules expanded."""
-    role = _documents()["ClusterRole"]
+    """Every (apiGroup, resource, verb) the ClusterRole and the Role grant, rules expanded."""
+    docs = _documents()
     return {
         (group, resource, verb)
+        for role in (docs["ClusterRole"], docs["Role"])
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
@@ -51,6 +52,17 @@ def test_the_service_account_is_bound_to_the_role() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slicewise", "namespace": "slicewise"}]
 
 
+def test_the_configmap_grant_names_only_the_priority_expander_in_the_autoscaler_namespace() -> None:
+    docs = _documents()
+    role, binding = docs["Role"], docs["RoleBinding"]
+
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "kube-system"
+    assert [rule["resourceNames"] for rule in role["rules"]] == [[PRIORITY_EXPANDER_CONFIG_MAP]]
+    assert "create" not in {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slicewise", "namespace": "slicewise"}]
+
+
 def test_every_request_of_the_backend_is_allowed_and_every_grant_is_used() -> None:
     """Drive every backend operation against a stand-in that enforces the manifest's rules (403 otherwise),
     then compare the permissions the recorded requests needed with what the role grants."""
@@ -69,7 +81,11 @@ def test_every_request_of_the_backend_is_allowed_and_every_grant_is_used() -> No
         gpu_pod("batch", "job-0", node="h100-0", gpus=one_gpu),
     ]
     pdbs = [pdb("llm", "llm-pdb", disruptions_allowed=0, match_labels={"app": "llm"})]
-    with FakeApiServer(nodes=nodes, pods=pods, pdbs=pdbs, rbac=allowed) as api:
+    priorities = {
+        "metadata": {"name": PRIORITY_EXPANDER_CONFIG_MAP, "namespace": "kube-system"},
+        "data": {"priorities": "10:\n  - .*\n"},
+    }
+    with FakeApiServer(nodes=nodes, pods=pods, pdbs=pdbs, config_maps=[priorities], rbac=allowed) as api:
         configuration = client.Configuration()
         configuration.host = api.url
         cluster = KubernetesCluster(client.ApiClient(configuration), backoff_s=0.0)
@@ -84,6 +100,8 @@ def test_every_request_of_the_backend_is_allowed_and_every_grant_is_used() -> No
         cluster.set_labels("h100-0", {"nvidia.com/mig.config": "all-1g.10gb"}, expected={})
         cluster.set_annotations("h100-0", {"slicewise.io/last-change": "2026-01-01T00:00:00Z"})
         cluster.uncordon("h100-0")
+        read = cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP)
+        cluster.update_config_map(read, {"priorities": "20:\n  - .*\n"}, {})
 
         assert [r for r in api.requests if r.status == 403] == []
         assert {r.permission for r in api.requests} == allowed

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from slicewise import schema
+from slicewise.errors import PermanentError
 
 #: Opt-in: only nodes carrying this label with value "true" are listed, planned or changed.
 MANAGED_LABEL = "slicewise.io/managed"
@@ -47,6 +48,10 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 #: the label selecting the driver's GPU kubelet plugin). There, MIG is the driver's to partition dynamically, and
 #: the MIG manager must not run beside it.
 DRA_KUBELET_PLUGIN_LABEL = "nvidia.com/dra-kubelet-plugin"
+#: cluster-autoscaler's priority expander reads its ranking of node groups from the key ``priorities`` of a ConfigMap
+#: of this fixed name in the autoscaler's own namespace (expander/priority).
+PRIORITY_EXPANDER_CONFIG_MAP = "cluster-autoscaler-priority-expander"
+PRIORITY_EXPANDER_KEY = "priorities"
 #: The GPU Operator deploys its device plugin on a node unless this label is "false".
 DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
@@ -73,6 +78,14 @@ class LabelsChanged(ClusterError):
 
 class CordonedByOthers(ClusterError):
     """The node is cordoned, and not by Slicewise: not Slicewise's to hold or change; nothing written."""
+
+
+class ConfigMapNotFound(ClusterError, PermanentError):
+    """The ConfigMap does not exist: Slicewise changes ConfigMaps an operator created, never creates one."""
+
+
+class ConfigMapChanged(ClusterError):
+    """The ConfigMap changed since the read a write was based on (409 Conflict): nothing written."""
 
 
 class EvictionBlocked(ClusterError):
@@ -127,6 +140,17 @@ class Hold:
             )
         except (ValueError, TypeError, KeyError):
             return None
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    """A ConfigMap's data and annotations as read, with the resourceVersion a guarded write names."""
+
+    namespace: str
+    name: str
+    data: Mapping[str, str]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
 
 
 #: The planner's standby taints (``planning.standby``), in grade order: a standby node of the fleet's n-th smallest
@@ -296,4 +320,16 @@ class ClusterBackend(Protocol):
 
     def evict(self, namespace: str, pod: str) -> None:
         """Evict through the policy/v1 Eviction API; raises EvictionBlocked on HTTP 429 (PDB)."""
+        ...
+
+    def get_config_map(self, namespace: str, name: str) -> ConfigMap:
+        """One ConfigMap, fresh; raises ConfigMapNotFound."""
+        ...
+
+    def update_config_map(
+        self, read: ConfigMap, data: Mapping[str, str], annotations: Mapping[str, str | None]
+    ) -> ConfigMap:
+        """Set the keys of ``data`` and set (value) or remove (None) ``annotations`` on the ConfigMap ``read``
+        came from, keeping everything else, only if it is still as ``read`` saw it (its resourceVersion);
+        otherwise raise ConfigMapChanged and write nothing. Returns the ConfigMap as written."""
         ...

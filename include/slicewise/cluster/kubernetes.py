@@ -24,6 +24,9 @@ from slicewise.cluster.base import (
     HOLD_ANNOTATION,
     MANAGED_LABEL,
     ClusterError,
+    ConfigMap,
+    ConfigMapChanged,
+    ConfigMapNotFound,
     CordonedByOthers,
     EvictionBlocked,
     GpuNode,
@@ -50,6 +53,8 @@ REQUIRED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "pods", "list"),  # list_gpu_pods (all namespaces, field selector on the node)
         ("", "pods/eviction", "create"),  # evict
         ("policy", "poddisruptionbudgets", "list"),  # evictability: which PDBs cover a pod
+        ("", "configmaps", "get"),  # get_config_map: the priority expander's, before a write
+        ("", "configmaps", "patch"),  # update_config_map: the priority expander's ranking
     }
 )
 
@@ -283,6 +288,51 @@ class KubernetesCluster:
                 return
             raise
 
+    def get_config_map(self, namespace: str, name: str) -> ConfigMap:
+        """One ConfigMap, fresh; ConfigMapNotFound when it does not exist."""
+        try:
+            answer = self._call(
+                f"read configmap {namespace}/{name}",
+                lambda: self._core.read_namespaced_config_map(
+                    name, namespace, _request_timeout=self._timeout
+                ),
+            )
+        except _ApiCallFailed as exc:
+            if exc.status == 404:
+                raise ConfigMapNotFound(f"configmap {namespace}/{name} does not exist") from exc
+            raise
+        return _config_map_from_api(answer)
+
+    def update_config_map(
+        self, read: ConfigMap, data: Mapping[str, str], annotations: Mapping[str, str | None]
+    ) -> ConfigMap:
+        """One merge patch of ``data`` and ``annotations``, guarded by ``read``'s resourceVersion: 409 Conflict
+        raises ConfigMapChanged (the caller re-reads and decides again)."""
+        what = f"patch configmap {read.namespace}/{read.name}"
+        patch = {
+            "metadata": {"resourceVersion": read.resource_version, "annotations": dict(annotations)},
+            "data": dict(data),
+        }
+        try:
+            written = self._call(
+                what,
+                partial(
+                    self._core.patch_namespaced_config_map,
+                    read.name,
+                    read.namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except _ApiCallFailed as exc:
+            if exc.status == 409:
+                raise ConfigMapChanged(f"{what}: changed since it was read ({exc.server_message})") from exc
+            if exc.status == 404:
+                raise ConfigMapNotFound(f"{what}: it was deleted since it was read") from exc
+            raise
+        return _config_map_from_api(written)
+
     # -- plumbing --------------------------------------------------------------------------------------------
 
     def _guarded_patch(
@@ -355,6 +405,17 @@ class KubernetesCluster:
             raise ClusterError(
                 f"{what}: cannot reach the Kubernetes API server at {self._host}: {exc}"
             ) from exc
+
+
+def _config_map_from_api(answer: Any) -> ConfigMap:
+    meta = answer.metadata
+    return ConfigMap(
+        namespace=str(meta.namespace),
+        name=str(meta.name),
+        data=dict(answer.data or {}),
+        annotations=dict(meta.annotations or {}),
+        resource_version=str(meta.resource_version or ""),
+    )
 
 
 def _api_failure(what: str, exc: Any) -> _ApiCallFailed:

@@ -15,6 +15,7 @@ from slicewise.catalog import load_catalog
 from slicewise.forecasting import forecasts as forecasts_mod
 from slicewise.planning import report, storage
 from slicewise.planning.config import PlannerConfig
+from slicewise.planning.node_groups import parse_node_groups, ranking_note
 from slicewise.planning.planner import plan_fleet
 from slicewise.planning.types import NodeObservation, Pin
 
@@ -67,12 +68,17 @@ def observe(backend: ClusterBackend, folder: ObjectStoragePath) -> ObjectStorage
 
 def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> dict[str, Any]:
     """Plan from the run folder's forecasts and observations; write the plan; return the run's summary."""
+    groups = parse_node_groups(settings.autoscaler_node_groups)  # malformed: fails before anything is read
     forecasts = storage.read_forecasts(folder / storage.FORECASTS)
     observations = storage.read_observations(folder / storage.OBSERVED)
     config = PlannerConfig.from_settings(settings)
     plan = plan_fleet(observations, forecasts, load_catalog(), config, now, remembered_pins(settings))
     if advice := review_advice(settings, now):
         plan = dataclasses.replace(plan, notes=(*plan.notes, *advice))
+    if groups:
+        plan = dataclasses.replace(
+            plan, notes=(*plan.notes, ranking_note(groups, plan, settings.autoscaler_namespace))
+        )
     paths = storage.write_plan(folder, plan)
     log.info("plan:\n%s", report.text_table(plan))
     return {

@@ -17,6 +17,7 @@ from typing import Any
 
 from slicewise.catalog import Catalog
 from slicewise.cluster.base import ClusterBackend
+from slicewise.planning.node_groups import NodeGroup
 from slicewise.planning.types import CHANGE, FleetPlan
 from slicewise.rollout import analysis
 from slicewise.rollout.checks import Check
@@ -24,6 +25,7 @@ from slicewise.rollout.holds import Holds, settle_holds
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.moves import move_pods
+from slicewise.rollout.node_groups import UNCHANGED, rank_node_groups
 from slicewise.rollout.procedure import Clock, Procedure, Timing
 from slicewise.rollout.scale_down import mark_scale_down_disabled
 from slicewise.rollout.standby import mark_standby
@@ -51,6 +53,8 @@ class Rollouts:
     max_in_flight: int
     lock_ttl_s: float
     takeover_prefix: str = ""  # lock holders with this prefix ended (same DAG, one run at a time)
+    node_groups: tuple[NodeGroup, ...] = ()  # cluster-autoscaler's GPU node groups to rank (none: not ranked)
+    autoscaler_namespace: str = "kube-system"  # where the priority expander's ConfigMap is
 
     def procedure(self, rollout_id: int) -> Procedure:
         return Procedure(self.backend, self.ledger, rollout_id, self.catalog, self.timing, self.clock)
@@ -90,8 +94,13 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
                 now,
             )
         return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
-    # Under the lock, before any wave: the taint and the annotation move no pod, and the waves' nodes are on
-    # neither list.
+    # Under the lock, before any wave: the ranking, the taint and the annotation move no pod, and the waves'
+    # nodes are on neither list. The ranking goes first: a ConfigMap that is missing fails before any node write.
+    ranking = (
+        rank_node_groups(ctx.backend, plan, ctx.node_groups, ctx.autoscaler_namespace)
+        if ctx.node_groups
+        else None
+    )
     marked = mark_standby(ctx.backend, plan)
     standby = {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked}
     kept = mark_scale_down_disabled(ctx.backend, plan)
@@ -104,6 +113,7 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
         "standby": standby,
         "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
         "moves": {"evicted": list(moved.evicted), "skipped": list(moved.skipped)},
+        "node_groups": ranking.to_dict() if ranking else None,
     }
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
@@ -120,6 +130,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     }
     rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
     ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
+    if ranking is not None and ranking.outcome != UNCHANGED:
+        ctx.event(rollout.id, ranking.describe())
     for m in marked:
         if m.added or m.removed:
             ctx.event(rollout.id, m.describe())

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from slicewise.catalog import load_catalog
+from slicewise.planning.node_groups import parse_node_groups
 from slicewise.rollout.engine import Rollouts
 from slicewise.rollout.procedure import Clock, Timing
 from slicewise.rollout.waves import parse_shares
@@ -62,4 +63,6 @@ def rollouts(
         max_in_flight=settings.rollout_max_in_flight,
         lock_ttl_s=settings.rollout_lock_ttl_s,
         takeover_prefix=f"{DAG_ID}/",
+        node_groups=parse_node_groups(settings.autoscaler_node_groups),
+        autoscaler_namespace=settings.autoscaler_namespace,
     )

@@ -27,6 +27,8 @@ from slicewise.cluster.base import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     ClusterError,
+    ConfigMap,
+    ConfigMapChanged,
     CordonedByOthers,
     GpuNode,
     GpuPod,
@@ -52,6 +54,8 @@ from slicewise.simulator.cluster_state import (
     applied_layouts,
     bump_changed,
     checked_state,
+    config_map_state,
+    config_map_view,
     file_key,
     fingerprints,
     initial_state,
@@ -267,6 +271,35 @@ class SimulatedCluster:
         self._transact(op)
 
     # -- simulator controls ---------------------------------------------------------------------------------------
+    def get_config_map(self, namespace: str, name: str) -> ConfigMap:
+        """One ConfigMap (a fresh cluster has those the operator applies from include/k8s/)."""
+
+        def op(state: dict[str, Any], now: float) -> Callable[[], ConfigMap]:
+            found = config_map_state(state, namespace, name)
+            return lambda: config_map_view(namespace, name, found)
+
+        return self._transact(op)
+
+    def update_config_map(
+        self, read: ConfigMap, data: Mapping[str, str], annotations: Mapping[str, str | None]
+    ) -> ConfigMap:
+        """Merge ``data`` and ``annotations`` in, only if the ConfigMap is still at ``read``'s resourceVersion."""
+        _check_keys(annotations, label_values=False)
+
+        def op(state: dict[str, Any], now: float) -> Callable[[], ConfigMap]:
+            found = config_map_state(state, read.namespace, read.name)
+            if found["resource_version"] != read.resource_version:
+                raise ConfigMapChanged(f"configmap {read.namespace}/{read.name} changed since it was read")
+            before = (dict(found["data"]), dict(found["annotations"]))
+            found["data"].update(data)
+            _merge(found["annotations"], annotations)
+            if (found["data"], found["annotations"]) != before:
+                state["resource_version"] += 1
+                found["resource_version"] = str(state["resource_version"])
+            return lambda: config_map_view(read.namespace, read.name, found)
+
+        return self._transact(op)
+
     def refresh(self) -> None:
         """Advance the emulation to ``clock()`` and persist it (creates the state file when missing)."""
         self._transact(lambda state, now: lambda: None)

@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from slicewise.catalog import Catalog, CatalogError
-from slicewise.cluster.base import ClusterError
+from slicewise.cluster.base import ClusterError, ConfigMap, ConfigMapNotFound
 from slicewise.simulator import mig_manager
 from slicewise.simulator.fleet import Applied, Fleet
 from slicewise.simulator.mig_manager import NodeState
@@ -28,6 +30,8 @@ T = TypeVar("T")
 STATE_VERSION = 1
 #: Applied layouts as :meth:`Fleet.with_applied` takes them, by node.
 AppliedLayouts = dict[str, Applied]
+#: The ConfigMaps of a fresh simulated cluster: what an operator applies from include/k8s/ for Slicewise.
+SHIPPED_CONFIG_MAPS = (Path(__file__).resolve().parents[2] / "k8s" / "autoscaler-priority-expander.yaml",)
 
 
 class StateFile:
@@ -147,6 +151,7 @@ def initial_state(fleet: Fleet, catalog: Catalog, now: float, resource_version: 
         "nodes": nodes,
     }
     bump_changed(state, {})
+    config_maps(state)
     return state
 
 
@@ -205,3 +210,37 @@ def next_due(state: Mapping[str, Any]) -> float | None:
         if part["due"] is not None
     ]
     return min(dues, default=None)
+
+
+def config_maps(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``namespace/name`` -> {data, annotations, resource_version}; a document written before the simulated
+    cluster kept ConfigMaps gets the shipped ones (their resourceVersions from the state's counter)."""
+    if "config_maps" not in state:
+        state["config_maps"] = {}
+        for path in SHIPPED_CONFIG_MAPS:
+            manifest = yaml.safe_load(path.read_text())
+            meta = manifest["metadata"]
+            state["resource_version"] += 1
+            state["config_maps"][f"{meta['namespace']}/{meta['name']}"] = {
+                "data": dict(manifest.get("data") or {}),
+                "annotations": dict(meta.get("annotations") or {}),
+                "resource_version": str(state["resource_version"]),
+            }
+    found: dict[str, dict[str, Any]] = state["config_maps"]
+    return found
+
+
+def config_map_state(state: dict[str, Any], namespace: str, name: str) -> dict[str, Any]:
+    """One ConfigMap of the document; ConfigMapNotFound (saying which exist) when it has none of that name."""
+    maps = config_maps(state)
+    key = f"{namespace}/{name}"
+    if key not in maps:
+        hint = f" (the simulated cluster has {', '.join(sorted(maps))})" if maps else ""
+        raise ConfigMapNotFound(f"configmap {key} does not exist{hint}")
+    return maps[key]
+
+
+def config_map_view(namespace: str, name: str, found: Mapping[str, Any]) -> ConfigMap:
+    return ConfigMap(
+        namespace, name, dict(found["data"]), dict(found["annotations"]), str(found["resource_version"])
+    )

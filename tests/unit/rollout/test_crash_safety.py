@@ -1,7 +1,8 @@
 """Crash safety against a MIG manager that takes its time: the task is killed after every single write to the
-cluster (standby taints, cordon, eviction, label, annotation, uncordon) and run again, and every node ends fully
-changed or fully restored, uncordoned, with the resources its labels promise, and each standby taint on exactly the
-nodes of its list in the plan; no pod leaves but through an eviction."""
+cluster (the autoscaler's ranking, standby taints, cordon, eviction, label, annotation, uncordon) and run again,
+and every node ends fully changed or fully restored, uncordoned, with the resources its labels promise, each
+standby taint on exactly the nodes of its list in the plan and the ranking written once; no pod leaves but through
+an eviction."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from typing import Any
 import pytest
 
 from slicewise.catalog import load_catalog
-from slicewise.cluster.base import HOLD_ANNOTATION, ClusterBackend, GpuNode, GpuPod, Hold, Taint
+from slicewise.cluster.base import (
+    HOLD_ANNOTATION,
+    PRIORITY_EXPANDER_CONFIG_MAP,
+    ClusterBackend,
+    ConfigMap,
+    GpuNode,
+    GpuPod,
+    Hold,
+    Taint,
+)
+from slicewise.planning.node_groups import NodeGroup, ranked
 from slicewise.planning.types import DRAIN, DesiredState
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
@@ -32,6 +43,12 @@ NODES = ["sim-a100-80-0", "sim-h100-1"]  # a MIG layout change and an MPS change
 STANDBY = (("sim-a100-40-0", "sim-h200-0"), ("sim-h200-0",), ("sim-h200-0",))
 #: A node the plan holds (cordon-to-drain) in the scenario with holds, and the configuration it waits for.
 HELD, HELD_FOR = "sim-a100-80-1", ("all-3g.40gb", "default")
+#: The autoscaler's node groups the rollout ranks first (one more write), the H100s kept for pinned pods.
+GROUPS = (
+    NodeGroup("^gpu-h100$", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    NodeGroup("^gpu-mps-a100$", {"nvidia.com/device-plugin.config": "mps-2"}),
+)
+SCARCE = (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),)
 
 
 class Killed(BaseException):
@@ -90,6 +107,13 @@ class Dying:
         self._wrote("uncordon", node)
         return written
 
+    def update_config_map(
+        self, read: ConfigMap, data: Mapping[str, str], annotations: Mapping[str, str | None]
+    ) -> ConfigMap:
+        written = self.backend.update_config_map(read, data, annotations)
+        self._wrote("configmap", read.name)
+        return written
+
     def evict(self, namespace: str, pod: str) -> None:
         self.backend.evict(namespace, pod)
         self.evicted.append((namespace, pod))
@@ -119,18 +143,18 @@ def _run(
     wrapper, same cluster and ledger), as Airflow retries it. Returns the rollout id and every wrapper used.
     ``holding``: the plan also holds :data:`HELD` (cordon-to-drain)."""
     used = [backend]
-    plan = dataclasses.replace(fleet_plan(NODES), standby_grades=STANDBY)
+    plan = dataclasses.replace(fleet_plan(NODES), standby_grades=STANDBY, scarce_kinds=SCARCE)
     if holding:
         (template, *_) = plan.nodes
         waits = dataclasses.replace(template, node=HELD, action=DRAIN, desired=DesiredState(*HELD_FOR))
         plan = dataclasses.replace(plan, nodes=(*plan.nodes, waits))
-    ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2)
+    ctx = harness.rollouts(backend=backend, shares=(1.0,), max_in_flight=2, node_groups=GROUPS)
     try:
         rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
     except Killed:
         retry = Dying(backend.backend)
         used.append(retry)
-        ctx = harness.rollouts(backend=retry, shares=(1.0,), max_in_flight=2)
+        ctx = harness.rollouts(backend=retry, shares=(1.0,), max_in_flight=2, node_groups=GROUPS)
         rollout_id = engine.start(ctx, plan, "plan.json")["rollout_id"]
     tasks: list[Callable[[Any], object]] = []
     for index in range(len(harness.ledger.waves(rollout_id))):
@@ -213,6 +237,9 @@ def _assert_whole(
     taint_writes = [target for wrapper in used for kind, target in wrapper.log if kind == "taint"]
     wanted = [f"{node} {key}" for key, listed in zip(keys, STANDBY, strict=True) for node in listed]
     assert sorted(taint_writes) == sorted(wanted)  # each written once, also across a kill
+    ranking = cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP).data["priorities"]
+    assert ranking == ranked(GROUPS, dataclasses.replace(fleet_plan(), scarce_kinds=SCARCE)).priorities()
+    assert [kind for wrapper in used for kind, _ in wrapper.log if kind == "configmap"] == ["configmap"]
 
 
 def _degraded(query: str, baseline: bool) -> float | None:

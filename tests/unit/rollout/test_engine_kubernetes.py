@@ -256,6 +256,7 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
         },
         "scale_down_disabled": {"added": [], "removed": []},
         "moves": {"evicted": [], "skipped": []},
+        "node_groups": None,  # no autoscaler_node_groups: the ConfigMap is not read
         "holds": {"held": [], "released": [], "cleared": [], "refused": []},
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]

@@ -43,6 +43,16 @@ def test_the_plan_reads_what_its_upstream_tasks_wrote_and_refuses_two_runs_folde
         )
 
 
+def test_a_malformed_node_group_setting_fails_the_plan_before_it_reads_anything(tmp_path: Path) -> None:
+    run = run_in(tmp_path, steps.RECOMMEND)
+    broken = steps.RolloutRun(
+        run.settings.with_overrides({"autoscaler_node_groups": '[{"pattern": "a("}]'}), "r", ""
+    )
+    folder = tmp_path / "plans/a"  # holds nothing: reading it would fail otherwise
+    with pytest.raises(PermanentError, match=r"autoscaler_node_groups\[0\]: pattern 'a\(' is not a regular"):
+        steps.plan(broken, str(folder / "forecasts.json"), str(folder / "observed.json"), datetime.now(UTC))
+
+
 def test_the_watcher_fails_the_run_unless_the_rollout_was_promoted() -> None:
     steps.check_promoted({"outcome": "promoted", "reason": ""})
     steps.check_promoted({"outcome": "nothing to change", "reason": ""})
