@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,15 @@ os.environ.update(
 # Never inherit a developer's overrides into the tests.
 for _name in [n for n in os.environ if n.startswith("SLICEWISE_") and n != "SLICEWISE_HOME"]:
     del os.environ[_name]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session's Airflow home and storage go with it (every fixture has stopped what it started by now); a
+    failed session keeps them, to be looked at."""
+    if exitstatus == 0:
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+    else:
+        print(f"\nthe failed session's Airflow home and storage are kept in {_SESSION_HOME}")
 
 
 @pytest.fixture(scope="session")

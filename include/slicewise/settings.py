@@ -79,6 +79,7 @@ class Settings:
     rollout_poll_s: float
     rollout_lock_ttl_s: float
     autoscaler_node_groups: str
+    autoscaler_write_priorities: bool
     autoscaler_namespace: str
     analysis_bake_s: float
     analysis_interval_s: float

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from slicewise.catalog import load_catalog
-from slicewise.planning.node_groups import parse_node_groups
+from slicewise.planning.node_groups import NodeGroup, parse_node_groups
 from slicewise.rollout.engine import Rollouts
 from slicewise.rollout.procedure import Clock, Timing
 from slicewise.rollout.waves import parse_shares
@@ -38,6 +38,12 @@ def holder(run_id: str) -> str:
     return f"{DAG_ID}/{run_id}"
 
 
+def groups_to_rank(settings: Settings) -> tuple[NodeGroup, ...]:
+    """The autoscaler's node groups apply mode ranks in the priority expander's ConfigMap: none unless it writes
+    it (``autoscaler_write_priorities``; the plan's note says the ranking either way)."""
+    return parse_node_groups(settings.autoscaler_node_groups) if settings.autoscaler_write_priorities else ()
+
+
 def rollouts(
     settings: Settings, run_id: str, clock: Clock | None = None, *, holder_id: str | None = None
 ) -> Rollouts:
@@ -63,6 +69,6 @@ def rollouts(
         max_in_flight=settings.rollout_max_in_flight,
         lock_ttl_s=settings.rollout_lock_ttl_s,
         takeover_prefix=f"{DAG_ID}/",
-        node_groups=parse_node_groups(settings.autoscaler_node_groups),
+        node_groups=groups_to_rank(settings),
         autoscaler_namespace=settings.autoscaler_namespace,
     )

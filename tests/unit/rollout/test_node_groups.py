@@ -25,6 +25,8 @@ from slicewise.rollout.node_groups import (
     WRITTEN_ANNOTATION,
     rank_node_groups,
 )
+from slicewise.rollout.wiring import groups_to_rank
+from slicewise.settings import load_settings
 from slicewise.simulator.cluster_state import SHIPPED_CONFIG_MAPS
 from tests.support.fake_apiserver import FakeApiServer
 
@@ -189,3 +191,12 @@ def test_a_rollout_start_ranks_the_groups_on_the_simulated_cluster_and_says_so(h
     assert written.data["priorities"] == ranked(GROUPS, plan).priorities()
     assert written.annotations[BEFORE_ANNOTATION] == SHIPPED
     assert "taken over and written: 30: - ^prod-gpu-mps-t4$" in harness.ledger.story(started["rollout_id"])
+
+
+def test_apply_mode_ranks_the_listed_groups_unless_told_to_leave_the_configmap_to_others() -> None:
+    listed = '[{"pattern": "^prod-gpu-t4$", "labels": {"nvidia.com/gpu.product": "Tesla-T4"}}]'
+    settings = load_settings({"autoscaler_node_groups": listed}, environ={})
+
+    assert groups_to_rank(settings) == (GROUPS[0],)
+    assert groups_to_rank(settings.with_overrides({"autoscaler_write_priorities": "false"})) == ()
+    assert groups_to_rank(load_settings(environ={})) == ()  # the default lists none
