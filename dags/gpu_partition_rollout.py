@@ -7,8 +7,8 @@ event (fallback: hourly at :45, skipped after a plan in the last 50 min) and app
 - **`recommend`** (default): forecast, observe, plan (`plans/<run>/plan.{md,html,json}`), publish; no changes.
 - **`apply`**: each `wave_N` changes its nodes (snapshot, cordon, drain, relabel, verify, uncordon), then bakes
   and analyses them; Inconclusive asks a person (`ask_person`; no answer in 60 min rolls back); `rollback`, the
-  teardown of `start_rollout`, restores a failed rollout's nodes (also when the run is marked failed by hand)
-  and `report_rollout` fails the run unless the rollout was promoted.
+  teardown of `start_rollout`, restores a failed rollout's nodes (also when the run is marked failed by hand);
+  `report_rollout` publishes the outcome, whatever it is, and `watch_rollout` fails the run unless it promoted.
 
 Tasks, Params, settings and Connections: docs/planner.md and docs/rollout.md.
 """
@@ -102,11 +102,13 @@ def gpu_partition_rollout() -> None:
 
     @step(trigger_rule="all_done", outlets=[ROLLOUT])
     def report_rollout(rolled_back: dict[str, Any] | None, **context: Any) -> dict[str, Any]:
-        steps = _steps()
-        extra = steps.report(_run(context), rolled_back)  # None: the teardown did not answer
-        context["outlet_events"][ROLLOUT].extra = extra
-        steps.check_promoted(extra)  # the watcher: a rollback that succeeded still fails the run
+        extra = _steps().report(_run(context), rolled_back)  # None: the teardown did not answer
+        context["outlet_events"][ROLLOUT].extra = extra  # emitted only if this task succeeds: every outcome
         return extra
+
+    @step()
+    def watch_rollout(extra: dict[str, Any]) -> None:
+        _steps().check_promoted(extra)  # a rollback that succeeded still fails the run
 
     def wave(index: int, started: Any, previous: Any) -> Any:
         with TaskGroup(group_id=f"wave_{index}", tooltip="the canary" if index == 0 else f"wave {index}"):
@@ -130,11 +132,10 @@ def gpu_partition_rollout() -> None:
     previous: Any = started
     for index in range(MAX_WAVES):
         previous = wave(index, started, previous)
-    finished: Any = finish(started)
-    previous >> finished
     result: Any = rollback(started).as_teardown(setups=started, on_failure_fail_dagrun=True)
-    finished >> result
-    report_rollout(result)  # only all_success tasks may follow a setup: it reads the id from the teardown
+    previous >> finish(started) >> result
+    # Only all_success tasks may follow a setup: report_rollout reads the rollout id from the teardown.
+    watch_rollout(report_rollout(result))
 
 
 def _steps() -> Any:

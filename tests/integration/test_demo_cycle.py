@@ -14,18 +14,13 @@ from pathlib import Path
 import pytest
 
 from slicewise.stack import processes
-from tests.support.analysis import measured_only
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
 def demo(action: str, home: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "SLICEWISE_HOME": str(home),
-        "SLICEWISE_ANALYSIS_EXTRA_CHECKS": json.dumps([measured_only("utilisation-drop")]),
-    }
+    env = {**os.environ, "SLICEWISE_HOME": str(home)}  # the demo's own settings, as `make demo` runs it
     return subprocess.run(
         [sys.executable, "-m", "slicewise.demo", action, "--timeout", "600"],
         env=env,

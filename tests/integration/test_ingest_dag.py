@@ -18,6 +18,7 @@ from slicewise.simulator.frames import demand as simulated_demand
 from slicewise.simulator.frames import gpu_samples as simulated_gpu_samples
 from slicewise.stack import processes
 from slicewise.store import DEMAND_FILE, GPU_FILE
+from tests.support.assets import asset_events
 
 from .conftest import FAULTY_NODE, PrometheusWithHistory, fault_hour, hour
 
@@ -60,17 +61,6 @@ def run_hour(start: datetime, retries: int | None = None) -> dict[str, Any]:
     assert (run.data_interval_start, run.data_interval_end) == (start, start + timedelta(hours=1))
     states: dict[str, Any] = {ti.task_id: ti.state for ti in run.get_task_instances()}
     return states | {"__run__": run.state, "__events__": asset_events(run.run_id)}
-
-
-def asset_events(run_id: str) -> list[dict[str, Any]]:
-    """Extras of the Asset events the run emitted, read from the Airflow metadata DB."""
-    from airflow.models.asset import AssetEvent
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        events = session.scalars(select(AssetEvent).where(AssetEvent.source_run_id == run_id)).all()
-        return [dict(event.extra or {}) for event in events]
 
 
 def timestamps_of(start: datetime) -> np.ndarray:

@@ -27,6 +27,7 @@ from slicewise.simulator.fleet import Fleet
 from slicewise.stack import processes
 from slicewise.stack import prometheus as prometheus_stack
 from tests.support.analysis import measured_only
+from tests.support.assets import asset_events
 from tests.support.people import run_with_people
 from tests.support.rollout_dag import load_dag, next_run_after, read_plan, run_dag, states
 
@@ -158,7 +159,10 @@ def test_a_failing_check_rolls_every_node_back_and_the_run_fails(
     states = run_dag(**APPLY)
     assert states["__run__"] == "failed", states
     assert states["rollback"] == "success"  # the rollback itself worked ...
-    assert states["report_rollout"] == "failed"  # ... and the watcher still fails the run
+    assert states["watch_rollout"] == "failed"  # ... and the watcher still fails the run
+    # The outcome is published all the same: the cost report and anyone watching the Asset hear of it.
+    (event,) = asset_events(states["__run_id__"])
+    assert (event["mode"], event["outcome"]) == ("apply", "rolled_back") and "team-slo" in event["reason"]
     assert _labels(live_fleet) == before
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()
@@ -211,7 +215,7 @@ def test_nobody_answering_an_inconclusive_wave_rolls_back(
     result = states(run)
     assert result["__run__"] == "failed", result
     assert result["wave_0.rejected"] == "success" and result["wave_0.approved"] == "skipped"
-    assert result["report_rollout"] == "failed"
+    assert (result["report_rollout"], result["watch_rollout"]) == ("success", "failed")
     assert _labels(live_fleet) == before
     with live_fleet.ledger() as ledger:
         (rollout,) = ledger.recent_rollouts()

@@ -46,7 +46,11 @@ def next_run_after() -> datetime:
 
 
 def states(run: Any) -> dict[str, str]:
-    return {ti.task_id: ti.state for ti in run.get_task_instances()} | {"__run__": run.state}
+    """Task id -> state, plus ``__run__`` (the run's state) and ``__run_id__``."""
+    return {ti.task_id: ti.state for ti in run.get_task_instances()} | {
+        "__run__": run.state,
+        "__run_id__": run.run_id,
+    }
 
 
 def run_dag(**conf: Any) -> dict[str, str]:

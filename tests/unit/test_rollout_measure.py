@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -23,7 +24,7 @@ import yaml
 
 from slicewise.metrics.prometheus import PrometheusEndpoint
 from slicewise.rollout.analysis import POOL, Outcome
-from slicewise.rollout.checks import Check, CheckError, load_checks, promql_duration, render
+from slicewise.rollout.checks import Check, CheckError, dry_run_of, load_checks, promql_duration, render
 from slicewise.rollout.measure import MeasureError, PrometheusMeasurer, take_baseline, take_measurement
 from slicewise.settings import load_settings
 
@@ -425,6 +426,20 @@ def test_an_extra_check_with_a_default_name_replaces_it() -> None:
     checks = {c.name: c for c in load_checks(extra(replaced))}
     assert checks["xid-errors"].dry_run
     assert len(checks) == 4
+
+
+def test_a_shipped_check_as_a_dry_run_replaces_it_and_changes_nothing_else() -> None:
+    shipped = {c.name: c for c in load_checks(extra())}
+    checks = {c.name: c for c in load_checks(extra(dry_run_of("utilisation-drop")))}
+
+    assert checks["utilisation-drop"] == dataclasses.replace(shipped["utilisation-drop"], dry_run=True)
+    assert {n: c for n, c in checks.items() if n != "utilisation-drop"} == {
+        n: c for n, c in shipped.items() if n != "utilisation-drop"
+    }
+    with pytest.raises(
+        CheckError, match=r"no shipped check is named 'no-such-check'; shipped: .*utilisation-drop"
+    ):
+        dry_run_of("no-such-check")
 
 
 def test_thresholds_come_from_the_settings() -> None:

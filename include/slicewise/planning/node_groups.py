@@ -137,11 +137,12 @@ def ranked(groups: Sequence[NodeGroup], plan: FleetPlan) -> Ranking:
     return Ranking(tuple(tier for tier in tiers if tier.patterns))
 
 
-def ranking_note(groups: Sequence[NodeGroup], plan: FleetPlan, namespace: str) -> str:
-    """The plan's note on the ranking: what apply mode writes (recommend mode: what to write by hand)."""
+def ranking_note(groups: Sequence[NodeGroup], plan: FleetPlan, namespace: str, written: bool = True) -> str:
+    """The plan's note on the ranking: what apply mode writes (``written``), else what to write by hand."""
+    who = "as apply mode writes it" if written else "to write by hand (autoscaler_write_priorities is off)"
     return (
-        f"cluster-autoscaler's priority expander ({namespace}/{PRIORITY_EXPANDER_CONFIG_MAP}), ranked as apply "
-        f"mode writes it: {ranked(groups, plan).describe()}"
+        f"cluster-autoscaler's priority expander ({namespace}/{PRIORITY_EXPANDER_CONFIG_MAP}), ranked {who}: "
+        f"{ranked(groups, plan).describe()}"
     )
 
 

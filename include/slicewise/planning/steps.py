@@ -77,7 +77,13 @@ def make_plan(settings: Settings, folder: ObjectStoragePath, now: datetime) -> d
         plan = dataclasses.replace(plan, notes=(*plan.notes, *advice))
     if groups:
         plan = dataclasses.replace(
-            plan, notes=(*plan.notes, ranking_note(groups, plan, settings.autoscaler_namespace))
+            plan,
+            notes=(
+                *plan.notes,
+                ranking_note(
+                    groups, plan, settings.autoscaler_namespace, settings.autoscaler_write_priorities
+                ),
+            ),
         )
     paths = storage.write_plan(folder, plan)
     log.info("plan:\n%s", report.text_table(plan))

@@ -247,6 +247,20 @@ def load_checks(settings: Settings, path: Path | None = None) -> list[Check]:
     return list(merged.values())
 
 
+def dry_run_of(name: str) -> dict[str, Any]:
+    """The shipped check ``name`` (``include/config/analysis.yaml``) as a dry run: measured and reported, never
+    deciding a wave. Given in ``analysis_extra_checks``, it replaces the shipped one."""
+    from slicewise.settings import CONFIG_DIR
+
+    shipped = yaml.safe_load((CONFIG_DIR / "analysis.yaml").read_text())["checks"]
+    named = [c for c in shipped if c["name"] == name]
+    if not named:
+        raise CheckError(
+            f"no shipped check is named {name!r}; shipped: {', '.join(c['name'] for c in shipped)}"
+        )
+    return {**named[0], "dry_run": True}
+
+
 def _unique(checks: list[Check], where: str) -> list[Check]:
     seen: set[str] = set()
     for check in checks:

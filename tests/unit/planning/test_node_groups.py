@@ -81,7 +81,8 @@ def test_a_scarce_pin_on_another_label_keeps_the_groups_whose_nodes_it_allows() 
     ]
     note = ranking_note(groups, plan(scarce_pins=(pin,)), "kube-system")
     assert "kube-system/cluster-autoscaler-priority-expander" in note
-    assert "10 (kept for pinned pods): ^eu-b-t4$" in note
+    assert "10 (kept for pinned pods): ^eu-b-t4$" in note and "as apply mode writes it" in note
+    assert "to write by hand" in ranking_note(groups, plan(), "kube-system", written=False)
 
 
 def test_the_setting_is_read_into_groups() -> None:
