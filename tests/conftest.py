@@ -33,6 +33,19 @@ for _name in [n for n in os.environ if n.startswith("SLICEWISE_") and n != "SLIC
     del os.environ[_name]
 
 
+#: Tests that start real services (Prometheus, MLflow, Airflow, a browser) and time rollouts against live scrapes.
+_SERVICE_DIRS = ("integration", "plugins")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) the tests that start real services
+    run one after another on one worker, while the other worker takes the rest: two service tests at once would
+    time their rollouts against scrapes on shared cores."""
+    for item in items:
+        if Path(item.path).relative_to(REPO / "tests").parts[0] in _SERVICE_DIRS:
+            item.add_marker(pytest.mark.xdist_group("services"))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The session's Airflow home and storage go with it (every fixture has stopped what it started by now); a
     failed session keeps them, to be looked at."""

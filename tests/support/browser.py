@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import shutil
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -159,8 +160,17 @@ def chromium(run_dir: Path, width: int, height: int, binary: str | None = None) 
         f"--user-data-dir={profile}",
         "about:blank",
     ]
-    # Chromium's process-singleton files go to TMPDIR; under run_dir they leave with the test's files.
-    process = processes.start("chromium", argv, port=0, url="", run_dir=run_dir, env={"TMPDIR": str(run_dir)})
+    # Chromium's process-singleton files go to TMPDIR, a folder of their own that leaves with the browser: its
+    # socket's path must stay under the 108 bytes of a Unix socket address, which a test's tmp_path under
+    # pytest-xdist (.../popen-gw0/<test name>/) can exceed.
+    with tempfile.TemporaryDirectory(prefix="chromium-") as singleton:
+        yield from _drive(argv, profile, run_dir, singleton, width, height)
+
+
+def _drive(
+    argv: list[str], profile: Path, run_dir: Path, singleton: str, width: int, height: int
+) -> Iterator[DevTools]:
+    process = processes.start("chromium", argv, port=0, url="", run_dir=run_dir, env={"TMPDIR": singleton})
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30

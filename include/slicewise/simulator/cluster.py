@@ -270,7 +270,6 @@ class SimulatedCluster:
 
         self._transact(op)
 
-    # -- simulator controls ---------------------------------------------------------------------------------------
     def get_config_map(self, namespace: str, name: str) -> ConfigMap:
         """One ConfigMap (a fresh cluster has those the operator applies from include/k8s/)."""
 
@@ -300,6 +299,7 @@ class SimulatedCluster:
 
         return self._transact(op)
 
+    # -- simulator controls ---------------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Advance the emulation to ``clock()`` and persist it (creates the state file when missing)."""
         self._transact(lambda state, now: lambda: None)
