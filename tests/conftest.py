@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run one after another on one worker, while the other worker takes the rest: two service tests at once would
     time their rollouts against scrapes on shared cores."""
     for item in items:
-        if Path(item.path).relative_to(REPO / "tests").parts[0] in _SERVICE_DIRS:
+        if any(Path(item.path).is_relative_to(REPO / "tests" / folder) for folder in _SERVICE_DIRS):
             item.add_marker(pytest.mark.xdist_group("services"))
 
 
