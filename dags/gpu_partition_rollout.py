@@ -134,8 +134,7 @@ def gpu_partition_rollout() -> None:
         previous = wave(index, started, previous)
     result: Any = rollback(started).as_teardown(setups=started, on_failure_fail_dagrun=True)
     previous >> finish(started) >> result
-    # Only all_success tasks may follow a setup: report_rollout reads the rollout id from the teardown.
-    watch_rollout(report_rollout(result))
+    watch_rollout(report_rollout(result))  # after the teardown: only all_success tasks may follow a setup
 
 
 def _steps() -> Any:

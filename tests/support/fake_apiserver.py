@@ -195,20 +195,25 @@ class FakeApiServer:
             self._state.pods[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
 
     def add_pdb(self, budget: Mapping[str, Any]) -> None:
-        obj = copy.deepcopy(dict(budget))
-        obj.update(kind="PodDisruptionBudget", apiVersion="policy/v1")
-        obj["metadata"].setdefault("namespace", "default")
-        with self._lock:
-            self._stamp(obj)
-            self._state.pdbs[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+        self._add_namespaced(self._state.pdbs, budget, "PodDisruptionBudget", "policy/v1")
 
     def add_config_map(self, config_map: Mapping[str, Any]) -> None:
-        obj = copy.deepcopy(dict(config_map))
-        obj.update(kind="ConfigMap", apiVersion="v1")
+        self._add_namespaced(self._state.config_maps, config_map, "ConfigMap", "v1")
+
+    def _add_namespaced(
+        self,
+        objects: dict[tuple[str, str], dict[str, Any]],
+        given: Mapping[str, Any],
+        kind: str,
+        api_version: str,
+    ) -> None:
+        """Store a copy of ``given`` under (namespace, name), ``default`` when it names no namespace."""
+        obj = copy.deepcopy(dict(given))
+        obj.update(kind=kind, apiVersion=api_version)
         obj["metadata"].setdefault("namespace", "default")
         with self._lock:
             self._stamp(obj)
-            self._state.config_maps[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+            objects[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:

@@ -224,10 +224,7 @@ def load_checks(settings: Settings, path: Path | None = None) -> list[Check]:
         )
 
     path = path or CONFIG_DIR / "analysis.yaml"
-    document = yaml.safe_load(path.read_text())
-    if not isinstance(document, Mapping) or not isinstance(document.get("checks"), list):
-        raise CheckError(f"{path}: expected a mapping with a list under `checks`")
-    checks = _unique([build(raw, path.name) for raw in document["checks"]], path.name)
+    checks = _unique([build(raw, path.name) for raw in _shipped(path)], path.name)
 
     try:
         extra_raw = json.loads(settings.analysis_extra_checks or "[]")
@@ -252,13 +249,21 @@ def dry_run_of(name: str) -> dict[str, Any]:
     deciding a wave. Given in ``analysis_extra_checks``, it replaces the shipped one."""
     from slicewise.settings import CONFIG_DIR
 
-    shipped = yaml.safe_load((CONFIG_DIR / "analysis.yaml").read_text())["checks"]
+    shipped = _shipped(CONFIG_DIR / "analysis.yaml")
     named = [c for c in shipped if c["name"] == name]
     if not named:
         raise CheckError(
             f"no shipped check is named {name!r}; shipped: {', '.join(c['name'] for c in shipped)}"
         )
     return {**named[0], "dry_run": True}
+
+
+def _shipped(path: Path) -> list[Any]:
+    """The raw check mappings of a checks file (``checks:`` list); CheckError when it is not one."""
+    document = yaml.safe_load(path.read_text())
+    if not isinstance(document, Mapping) or not isinstance(document.get("checks"), list):
+        raise CheckError(f"{path}: expected a mapping with a list under `checks`")
+    return list(document["checks"])
 
 
 def _unique(checks: list[Check], where: str) -> list[Check]:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import yaml
 
 from slicewise.catalog import Catalog, CatalogError
+from slicewise.catalog.render import K8S_DIR
 from slicewise.cluster.base import ClusterError, ConfigMap, ConfigMapNotFound
 from slicewise.simulator import mig_manager
 from slicewise.simulator.fleet import Applied, Fleet
@@ -31,7 +32,7 @@ STATE_VERSION = 1
 #: Applied layouts as :meth:`Fleet.with_applied` takes them, by node.
 AppliedLayouts = dict[str, Applied]
 #: The ConfigMaps of a fresh simulated cluster: what an operator applies from include/k8s/ for Slicewise.
-SHIPPED_CONFIG_MAPS = (Path(__file__).resolve().parents[2] / "k8s" / "autoscaler-priority-expander.yaml",)
+SHIPPED_CONFIG_MAPS = (K8S_DIR / "autoscaler-priority-expander.yaml",)
 
 
 class StateFile:
