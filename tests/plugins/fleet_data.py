@@ -214,7 +214,8 @@ class LedgerRollouts:
 
 
 def write_ledger(url: str, cluster: str) -> LedgerRollouts:
-    """One promoted rollout that changed CHANGED_NODE (with a measurement) and one that was rolled back."""
+    """One promoted rollout that changed CHANGED_NODE (with a measurement), one that was rolled back, and a run
+    that changed nothing but a standby taint (a mark, no rollout)."""
     from slicewise.rollout import ledger as L
 
     desired = {CHANGED_NODE: {MIG_CONFIG_LABEL: "all-balanced"}}
@@ -251,6 +252,12 @@ def write_ledger(url: str, cluster: str) -> LedgerRollouts:
         )
         ledger.set_rollout_status(
             second.id, L.RolloutStatus.ROLLED_BACK, "restored the snapshot", t1 + timedelta(minutes=3)
+        )
+        ledger.add_marks(
+            cluster,
+            "gpu_partition_rollout/run-3",
+            [("standby", "slicewise.io/standby: added on sim-h200-0")],
+            NOW - timedelta(hours=1),
         )
     return LedgerRollouts(first.id, second.id)
 

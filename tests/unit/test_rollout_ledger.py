@@ -411,6 +411,27 @@ def test_events_and_story_tell_the_rollout(ledger: Ledger) -> None:
         ledger.add_event(999, "nobody", T0)
 
 
+def test_marks_are_kept_per_cluster_without_a_rollout_newest_first(ledger: Ledger) -> None:
+    other = L.cluster_key("simulated", "fleet-b")
+    ledger.add_marks(CLUSTER, "run-1", [("standby", "tainted gpu-0"), ("pod moves", "evicted a/p")], T0)
+    ledger.add_marks(other, "run-9", [("holds", "held gpu-7")], T0 + timedelta(minutes=30))
+    ledger.add_marks(CLUSTER, "run-2", [("node groups", "ranked")], T0 + timedelta(hours=1))
+    ledger.add_marks(CLUSTER, "run-3", [], T0 + timedelta(hours=2))  # nothing said: nothing kept
+
+    assert ledger.recent_rollouts() == []
+    ours = ledger.recent_marks(CLUSTER)
+    assert [(m.run_id, m.kind, m.message) for m in ours] == [
+        ("run-2", "node groups", "ranked"),
+        ("run-1", "pod moves", "evicted a/p"),  # same time: the later write first
+        ("run-1", "standby", "tainted gpu-0"),
+    ]
+    assert ours[0].at == T0 + timedelta(hours=1) and ours[0].at.tzinfo is not None
+    assert [m.cluster for m in ledger.recent_marks()] == [CLUSTER, other, CLUSTER, CLUSTER]
+    assert [m.message for m in ledger.recent_marks(limit=1)] == ["ranked"]
+    with pytest.raises(LedgerError, match="naive"):
+        ledger.add_marks(CLUSTER, "run-4", [("holds", "x")], datetime(2025, 3, 1))
+
+
 # -- the one-rollout-per-cluster lock ----------------------------------------------------------------------
 
 

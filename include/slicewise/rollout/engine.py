@@ -33,6 +33,10 @@ from slicewise.rollout.waves import batches, order_changes, plan_waves
 
 log = logging.getLogger(__name__)
 
+#: The kinds of change ``start`` makes outside the waves, as the ledger's marks name them.
+NODE_GROUPS, STANDBY, SCALE_DOWN, MOVES, HOLDS = "node groups", "standby", "scale-down", "pod moves", "holds"
+MARK_KINDS = (NODE_GROUPS, STANDBY, SCALE_DOWN, MOVES, HOLDS)
+
 
 class RolloutBusy(RuntimeError):
     """Another run holds the cluster's rollout lock."""
@@ -108,6 +112,19 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     moved = move_pods(ctx.backend, plan)
     # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
     holds = settle_holds(ctx.backend, plan, ctx.catalog, now)
+    said: list[tuple[str, str]] = []
+    if ranking is not None and ranking.outcome != UNCHANGED:
+        said.append((NODE_GROUPS, ranking.describe()))
+    said.extend((STANDBY, m.describe()) for m in marked if m.added or m.removed)
+    if kept.added or kept.removed:
+        said.append((SCALE_DOWN, kept.describe()))
+    if plan.moves:
+        said.append((MOVES, moved.describe()))
+    if holds != Holds():
+        said.append((HOLDS, holds.describe()))
+    # After the writes, so a crash in between loses the line, not the change; the next run decides afresh.
+    if said:
+        ctx.ledger.add_marks(ctx.cluster, ctx.run_id, said, now)
     marks = {
         "holds": holds.to_dict(),
         "standby": standby,
@@ -130,17 +147,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     }
     rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
     ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
-    if ranking is not None and ranking.outcome != UNCHANGED:
-        ctx.event(rollout.id, ranking.describe())
-    for m in marked:
-        if m.added or m.removed:
-            ctx.event(rollout.id, m.describe())
-    if kept.added or kept.removed:
-        ctx.event(rollout.id, kept.describe())
-    if plan.moves:
-        ctx.event(rollout.id, moved.describe())
-    if holds != Holds():
-        ctx.event(rollout.id, holds.describe())
+    for _, message in said:
+        ctx.event(rollout.id, message)
     return {"rollout_id": rollout.id, "action": "started", "waves": waves, **marks}
 
 

@@ -232,7 +232,7 @@ def fleet(request: Request, user: User) -> Response:
 
 @router.get("/plan", response_class=HTMLResponse)
 def plan(request: Request, user: User) -> Response:
-    """The latest plan and the recent rollouts."""
+    """The latest plan, the recent rollouts and the recent changes outside their waves."""
     page, settings = _page(request, user, "Plan and rollouts", "plan")
     context: dict[str, Any] = {"plan_problem": None, "rollouts_problem": None}
     try:
@@ -242,6 +242,7 @@ def plan(request: Request, user: User) -> Response:
         context["plan_problem"] = str(problem)
     try:
         context["rollouts"] = views.rollouts_table(sources.recent_rollouts(settings))
+        context["marks"] = views.marks_table(sources.recent_marks(settings))
     except Unavailable as problem:
         context["rollouts_problem"] = str(problem)
     return page.render("plan.html", **context)

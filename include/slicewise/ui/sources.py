@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from slicewise.rollout.ledger import (
         EventRecord,
         Ledger,
+        Mark,
         MeasurementRecord,
         NodeRecord,
         Rollout,
@@ -357,6 +358,12 @@ def last_changes(settings: Settings, nodes: list[str]) -> dict[str, datetime | N
 def recent_rollouts(settings: Settings, limit: int = 20) -> list[Rollout]:
     """The newest rollouts of every cluster in the ledger, newest first."""
     return read_ledger(settings, "the rollout ledger", lambda ledger: ledger.recent_rollouts(limit=limit))
+
+
+def recent_marks(settings: Settings, limit: int = 20) -> list[Mark]:
+    """What runs changed outside the waves (taints, annotations, pod moves, holds, the autoscaler's ranking),
+    on every cluster in the ledger, newest first."""
+    return read_ledger(settings, "the rollout ledger", lambda ledger: ledger.recent_marks(limit=limit))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from slicewise.whatif import reviews
 
 if TYPE_CHECKING:
     from slicewise.planning.types import FleetPlan
-    from slicewise.rollout.ledger import MeasurementRecord, NodeRecord, Rollout, Wave
+    from slicewise.rollout.ledger import Mark, MeasurementRecord, NodeRecord, Rollout, Wave
 
 
 # -- the fleet --------------------------------------------------------------------------------------------------
@@ -174,6 +174,11 @@ def rollouts_table(rollouts: Sequence[Rollout]) -> Table:
         for r in rollouts
     )
     return Table(ROLLOUT_COLUMNS, rows, row_classes=tuple(r.status.lower() for r in rollouts))
+
+
+def marks_table(marks: Sequence[Mark]) -> Table:
+    rows = tuple((at(m.at), m.kind, m.message, m.cluster, m.run_id) for m in marks)
+    return Table(("at", "change", "what", "cluster", "run"), rows)
 
 
 def waves_table(waves: Sequence[Wave]) -> Table:

@@ -46,6 +46,9 @@ def test_a_cordon_to_drain_node_is_held_with_the_change_it_waits_for_and_nothing
     assert node.hold() == Hold(WANTED_MIG, WANTED_PLUGIN, _now(harness))
     assert harness.labels(NODE) == before  # no label written
     assert harness.cluster.list_gpu_pods(NODE) == pods  # no pod evicted
+    # No rollout, yet the ledger tells it: the hold is a change of the cluster.
+    ((kind, run, message),) = [(m.kind, m.run_id, m.message) for m in harness.ledger.recent_marks()]
+    assert (kind, run) == (engine.HOLDS, harness.rollouts().run_id) and NODE in message
 
 
 def test_a_hold_is_written_once_and_keeps_its_start_when_the_wanted_state_moves(harness: Harness) -> None:
@@ -58,6 +61,7 @@ def test_a_hold_is_written_once_and_keeps_its_start_when_the_wanted_state_moves(
     again = engine.start(harness.rollouts(run_id="gpu_partition_rollout/run-2"), _plan(DRAIN), "plan.json")
     assert again["holds"]["held"] == []
     assert harness.cluster.get_node(NODE).resource_version == first.resource_version  # nothing written
+    assert len(harness.ledger.recent_marks()) == 1  # and nothing told
 
     harness.clock.now += 3600
     other = DesiredState("all-1g.10gb", "default")

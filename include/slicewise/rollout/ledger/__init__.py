@@ -1,4 +1,5 @@
-"""The durable rollout ledger: what a rollout planned, what it did to each node, and what it measured.
+"""The durable rollout ledger: what a rollout planned, what it did to each node, and what it measured; and
+what each run changed outside the waves (its marks).
 
 A crash mid-rollout resumes or rolls back from here, never re-applies blindly. Each write method commits its
 own transaction (``start_rollout`` one for the whole rollout), and every read starts a fresh one, so several
@@ -50,6 +51,8 @@ from slicewise.rollout.ledger.tables import (
     EventRecord,
     EventRow,
     LockRow,
+    Mark,
+    MarkRow,
     MeasurementRecord,
     MeasurementRow,
     NodeRecord,
@@ -62,6 +65,7 @@ from slicewise.rollout.ledger.tables import (
     WaveRow,
     WaveStatus,
     event_record,
+    mark_record,
     measurement_record,
     node_record,
     rollout_record,
@@ -80,6 +84,7 @@ __all__ = [
     "EventRecord",
     "Ledger",
     "LedgerError",
+    "Mark",
     "MeasurementRecord",
     "NodeRecord",
     "NodeStatus",
@@ -484,6 +489,25 @@ class Ledger:
                 select(EventRow).where(EventRow.rollout_id == rollout_id).order_by(EventRow.at, EventRow.id)
             )
             return [event_record(row) for row in session.scalars(query)]
+
+    # -- changes outside the waves ---------------------------------------------------------------------
+
+    def add_marks(self, cluster: str, run_id: str, marks: Sequence[tuple[str, str]], now: datetime) -> None:
+        """Record what a run changed outside the waves, as (kind, message) pairs, in one transaction."""
+        now = utc(now)
+        with self._write() as session:
+            session.add_all(
+                MarkRow(cluster=cluster, run_id=run_id, at=now, kind=kind, message=message)
+                for kind, message in marks
+            )
+
+    def recent_marks(self, cluster: str | None = None, limit: int = 20) -> list[Mark]:
+        """Newest first, optionally of one cluster."""
+        with self._read() as session:
+            query = select(MarkRow).order_by(MarkRow.at.desc(), MarkRow.id.desc()).limit(limit)
+            if cluster is not None:
+                query = query.where(MarkRow.cluster == cluster)
+            return [mark_record(row) for row in session.scalars(query)]
 
     def story(self, rollout_id: int) -> str:
         """A readable multi-line account of the rollout for task logs: waves, each node's labels before and

@@ -192,6 +192,21 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class MarkRow(Base):
+    """A change a plan made outside the waves (the autoscaler's ranking, taints, annotations, pod moves, held
+    cordons), kept per cluster whether or not a rollout followed: a run that changes no node's labels may still
+    evict pods, and the ledger is where that is told."""
+
+    __tablename__ = "slicewise_marks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(512), index=True)
+    run_id: Mapped[str] = mapped_column(String(250))
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    kind: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+
 class LockRow(Base):
     __tablename__ = "slicewise_locks"
 
@@ -268,6 +283,15 @@ class EventRecord:
     wave: int | None
 
 
+@dataclass(frozen=True)
+class Mark:
+    cluster: str
+    run_id: str
+    at: datetime
+    kind: str  # which change: one of slicewise.rollout.engine's MARK_KINDS
+    message: str
+
+
 def rollout_record(row: RolloutRow) -> Rollout:
     return Rollout(
         row.id, row.cluster, row.run_id, row.plan_path, row.status, row.reason, row.created_at, row.updated_at
@@ -311,3 +335,7 @@ def split_value(value: float | None) -> tuple[float | None, str | None]:
 
 def event_record(row: EventRow) -> EventRecord:
     return EventRecord(row.rollout_id, row.at, row.message, row.node, row.wave)
+
+
+def mark_record(row: MarkRow) -> Mark:
+    return Mark(row.cluster, row.run_id, row.at, row.kind, row.message)
