@@ -14,7 +14,7 @@ def lines(settings: Settings, tracking_uri: str, rollout_run: str | None = None)
     """Readable lines about the rollout DAG run ``rollout_run`` (default: the newest plan and rollout); each
     part says plainly when it has nothing to show (never raises)."""
     out: list[str] = []
-    for part in (_changes, _champion, _cost):
+    for part in (changes, _champion, _cost):
         try:
             out += part(settings, tracking_uri, rollout_run)
         except Exception as exc:  # a summary must not hide the URLs that follow it
@@ -22,7 +22,9 @@ def lines(settings: Settings, tracking_uri: str, rollout_run: str | None = None)
     return out
 
 
-def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
+def changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
+    """The plan of ``rollout_run`` (default: the newest), what that run changed outside the waves, and its
+    rollout's nodes."""
     from slicewise.planning import storage
     from slicewise.rollout.ledger import Ledger
     from slicewise.rollout.ledger.url import ledger_url
@@ -42,7 +44,9 @@ def _changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
                     f"{node.current.describe()} -> {node.desired.describe()}; {node.rule}"
                 )
     with Ledger.open(ledger_url(settings)) as ledger:
-        # The ledger names a rollout's run "<dag_id>/<run_id>".
+        # The ledger names a run "<dag_id>/<run_id>".
+        marks = [m for m in ledger.recent_marks(limit=50) if m.run_id.split("/", 1)[-1] == run_id]
+        out += [f"  outside the waves, {m.kind}: {m.message}" for m in reversed(marks)]
         rollouts = [
             r
             for r in ledger.recent_rollouts(limit=20)
