@@ -1,11 +1,13 @@
-"""``slicewise rollout apply|status|resume|abort``: one rollout by hand, on the DAG's engine and ledger.
+"""``slicewise rollout apply|status|resume|abort|marks``: one rollout by hand, on the DAG's engine and ledger.
 
 ``apply --plan PLAN`` takes the cluster's rollout lock and applies the plan's changes in the same canary waves
 as ``gpu_partition_rollout`` in apply mode: snapshot, cordon, drain, label, verify, uncordon, then the analysis
 against Prometheus (Connection ``prometheus_default``), then the next wave; a failed wave rolls every changed
 node back. ``status`` prints a rollout's story from the ledger (default: the cluster's unfinished rollout, else
 its newest). ``resume`` carries on an unfinished rollout as the run that started it (``--approve`` answers a
-wave paused on an Inconclusive analysis); ``abort`` rolls an unfinished rollout back now.
+wave paused on an Inconclusive analysis); ``abort`` rolls an unfinished rollout back now. ``marks`` prints the
+cluster's newest changes outside the waves (the ledger's marks: taints, annotations, pod moves, holds, the
+autoscaler's ranking), newest first.
 
 Settings and Connections are read as the DAG reads them (``SLICEWISE_*`` env, the Variable
 ``slicewise_settings``, ``AIRFLOW_CONN_*``). ``resume`` and ``abort`` act as the rollout's own run: never while
@@ -47,6 +49,8 @@ def register(subparsers: Any) -> None:
             action.add_argument(
                 "--approve", action="store_true", help="continue a wave paused on an Inconclusive analysis"
             )
+    marks = actions.add_parser("marks", help="print the cluster's newest changes outside the waves")
+    marks.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     parser.set_defaults(func=run)
 
 
@@ -60,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         settings = task_settings()
         if args.action == "apply":
             return _apply(settings, args.plan, args.run_id)
-        return {"status": _status, "resume": _resume, "abort": _abort}[args.action](settings, args)
+        actions = {"status": _status, "resume": _resume, "abort": _abort, "marks": _marks}
+        return actions[args.action](settings, args)
     except (PermanentError, RolloutBusy, LedgerError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -207,4 +212,19 @@ def _status(settings: Any, args: argparse.Namespace) -> int:
             raise LedgerError(f"no rollout on {cluster} yet")
         print(f"rollout {found.id} ({found.run_id}): {found.status} - {found.reason}")
         print(ledger.story(found.id))
+    return EXIT_DONE
+
+
+def _marks(settings: Any, args: argparse.Namespace) -> int:
+    from slicewise.rollout.ledger import Ledger
+    from slicewise.rollout.ledger.url import ledger_url
+    from slicewise.rollout.wiring import cluster_identity
+
+    cluster = cluster_identity(settings)
+    with Ledger.open(ledger_url(settings)) as ledger:
+        found = ledger.recent_marks(cluster, max(args.limit, 1))
+    if not found:
+        print(f"no change outside the waves on {cluster} yet")
+    for mark in found:
+        print(f"{mark.at.isoformat(timespec='seconds')} {mark.run_id} {mark.kind}: {mark.message}")
     return EXIT_DONE
