@@ -28,6 +28,7 @@ def changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
     from slicewise.planning import storage
     from slicewise.rollout.ledger import Ledger
     from slicewise.rollout.ledger.url import ledger_url
+    from slicewise.rollout.wiring import holder
 
     root = store.storage_path(settings.storage_root)
     latest = root / "plans" / storage.LATEST
@@ -44,9 +45,9 @@ def changes(settings: Settings, _: str, rollout_run: str | None) -> list[str]:
                     f"{node.current.describe()} -> {node.desired.describe()}; {node.rule}"
                 )
     with Ledger.open(ledger_url(settings)) as ledger:
-        # The ledger names a run "<dag_id>/<run_id>".
-        marks = [m for m in ledger.recent_marks(limit=50) if m.run_id.split("/", 1)[-1] == run_id]
+        marks = ledger.recent_marks(limit=50, run_id=holder(run_id)) if run_id else []
         out += [f"  outside the waves, {m.kind}: {m.message}" for m in reversed(marks)]
+        # The ledger names a rollout's run "<dag_id>/<run_id>".
         rollouts = [
             r
             for r in ledger.recent_rollouts(limit=20)

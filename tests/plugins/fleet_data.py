@@ -21,6 +21,10 @@ REPORT_DATE = "2026-11-28"
 OLDER_REPORT_DATE = "2026-11-27"
 PLAN_RUN = "asset_triggered__2026-11-29T11:05:00+00:00"
 CHANGED_NODE = "sim-a100-80-0"
+#: What the rollout's start tells of a standby taint it added (slicewise.rollout.standby.Marked.describe).
+STANDBY_MARK = (
+    "standby taint slicewise.io/standby:PreferNoSchedule added on 1 nodes (sim-h200-0), removed from 0 (-)"
+)
 
 #: The shape docs/costs.md documents for ``summary.json`` (gpu_cost_report writes it).
 SUMMARY: dict[str, Any] = {
@@ -256,7 +260,7 @@ def write_ledger(url: str, cluster: str) -> LedgerRollouts:
         ledger.add_marks(
             cluster,
             "gpu_partition_rollout/run-3",
-            [("standby", "slicewise.io/standby: added on sim-h200-0")],
+            [("standby", STANDBY_MARK)],
             NOW - timedelta(hours=1),
         )
     return LedgerRollouts(first.id, second.id)

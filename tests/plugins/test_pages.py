@@ -289,11 +289,7 @@ def test_the_plan_page_shows_the_latest_plan_and_the_rollouts(api: Api, full_hom
     ]
     assert '<a href="rollouts/2">#2</a>' in page
     ((_, kind, what, _, run),) = _cells(page, "marks")  # told though no rollout followed
-    assert (kind, what, run) == (
-        "standby",
-        "slicewise.io/standby: added on sim-h200-0",
-        "gpu_partition_rollout/run-3",
-    )
+    assert (kind, what, run) == ("standby", fleet_data.STANDBY_MARK, "gpu_partition_rollout/run-3")
 
 
 def test_the_plans_own_page_is_served(api: Api, full_home: Home) -> None:

@@ -428,6 +428,10 @@ def test_marks_are_kept_per_cluster_without_a_rollout_newest_first(ledger: Ledge
     assert ours[0].at == T0 + timedelta(hours=1) and ours[0].at.tzinfo is not None
     assert [m.cluster for m in ledger.recent_marks()] == [CLUSTER, other, CLUSTER, CLUSTER]
     assert [m.message for m in ledger.recent_marks(limit=1)] == ["ranked"]
+    assert [m.message for m in ledger.recent_marks(run_id="run-1")] == ["evicted a/p", "tainted gpu-0"]
+    with pytest.raises(LedgerError, match="unknown mark kinds \\['taints'\\]"):
+        ledger.add_marks(CLUSTER, "run-4", [("standby", "x"), ("taints", "y")], T0)
+    assert len(ledger.recent_marks()) == 4  # nothing of the refused call is kept
     with pytest.raises(LedgerError, match="naive"):
         ledger.add_marks(CLUSTER, "run-4", [("holds", "x")], datetime(2025, 3, 1))
 

@@ -22,7 +22,7 @@ from slicewise.planning.types import CHANGE, FleetPlan
 from slicewise.rollout import analysis
 from slicewise.rollout.checks import Check
 from slicewise.rollout.holds import Holds, settle_holds
-from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus, WaveStatus
+from slicewise.rollout.ledger import Ledger, MarkKind, NodeStatus, RolloutStatus, WaveStatus
 from slicewise.rollout.measure import Measurer, take_baseline, take_measurement
 from slicewise.rollout.moves import move_pods
 from slicewise.rollout.node_groups import UNCHANGED, rank_node_groups
@@ -32,10 +32,6 @@ from slicewise.rollout.standby import mark_standby
 from slicewise.rollout.waves import batches, order_changes, plan_waves
 
 log = logging.getLogger(__name__)
-
-#: The kinds of change ``start`` makes outside the waves, as the ledger's marks name them.
-NODE_GROUPS, STANDBY, SCALE_DOWN, MOVES, HOLDS = "node groups", "standby", "scale-down", "pod moves", "holds"
-MARK_KINDS = (NODE_GROUPS, STANDBY, SCALE_DOWN, MOVES, HOLDS)
 
 
 class RolloutBusy(RuntimeError):
@@ -98,40 +94,7 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
                 now,
             )
         return {"rollout_id": unfinished.id, "action": "recovering", "waves": _wave_nodes(ctx, unfinished.id)}
-    # Under the lock, before any wave: the ranking, the taint and the annotation move no pod, and the waves'
-    # nodes are on neither list. The ranking goes first: a ConfigMap that is missing fails before any node write.
-    ranking = (
-        rank_node_groups(ctx.backend, plan, ctx.node_groups, ctx.autoscaler_namespace)
-        if ctx.node_groups
-        else None
-    )
-    marked = mark_standby(ctx.backend, plan)
-    standby = {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked}
-    kept = mark_scale_down_disabled(ctx.backend, plan)
-    # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
-    moved = move_pods(ctx.backend, plan)
-    # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
-    holds = settle_holds(ctx.backend, plan, ctx.catalog, now)
-    said: list[tuple[str, str]] = []
-    if ranking is not None and ranking.outcome != UNCHANGED:
-        said.append((NODE_GROUPS, ranking.describe()))
-    said.extend((STANDBY, m.describe()) for m in marked if m.added or m.removed)
-    if kept.added or kept.removed:
-        said.append((SCALE_DOWN, kept.describe()))
-    if plan.moves:
-        said.append((MOVES, moved.describe()))
-    if holds != Holds():
-        said.append((HOLDS, holds.describe()))
-    # After the writes, so a crash in between loses the line, not the change; the next run decides afresh.
-    if said:
-        ctx.ledger.add_marks(ctx.cluster, ctx.run_id, said, now)
-    marks = {
-        "holds": holds.to_dict(),
-        "standby": standby,
-        "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
-        "moves": {"evicted": list(moved.evicted), "skipped": list(moved.skipped)},
-        "node_groups": ranking.to_dict() if ranking else None,
-    }
+    marks, told = _outside_the_waves(ctx, plan, now)
     changes = order_changes([p for p in plan.nodes if p.action == CHANGE])
     if not changes:
         ctx.ledger.release_lock(ctx.cluster, ctx.run_id)
@@ -147,9 +110,60 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     }
     rollout = ctx.ledger.start_rollout(ctx.cluster, ctx.run_id, plan_path, waves, desired, now)
     ctx.event(rollout.id, f"rollout {rollout.id} started: {len(changes)} nodes in waves {waves}")
-    for _, message in said:
+    for _, message in told:
         ctx.event(rollout.id, message)
     return {"rollout_id": rollout.id, "action": "started", "waves": waves, **marks}
+
+
+def _outside_the_waves(
+    ctx: Rollouts, plan: FleetPlan, now: datetime
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The plan's changes that need no wave, under the lock and before any wave, and the lines the ledger's
+    marks keep of them. The lines are written after the writes they tell of, also when a later step fails: a
+    killed process loses the lines of its last steps, never a change, and the next run decides afresh."""
+    told: list[tuple[str, str]] = []
+    try:
+        # The ranking, the taints and the annotation move no pod, and the waves' nodes are on no list. The ranking
+        # goes first: a ConfigMap that is missing fails before any node write.
+        ranking = (
+            rank_node_groups(ctx.backend, plan, ctx.node_groups, ctx.autoscaler_namespace)
+            if ctx.node_groups
+            else None
+        )
+        if (
+            ranking is not None and ranking.outcome != UNCHANGED
+        ):  # written, or left to the person who edited it
+            told.append((MarkKind.NODE_GROUPS, ranking.describe()))
+        marked = mark_standby(ctx.backend, plan)
+        told.extend((MarkKind.STANDBY, m.describe()) for m in marked if m.added or m.removed)
+        kept = mark_scale_down_disabled(ctx.backend, plan)
+        if kept.added or kept.removed:
+            told.append((MarkKind.SCALE_DOWN, kept.describe()))
+        # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
+        moved = move_pods(ctx.backend, plan)
+        if plan.moves:  # evicted, or skipped with the reason
+            told.append((MarkKind.MOVES, moved.describe()))
+        # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
+        holds = settle_holds(ctx.backend, plan, ctx.catalog, now)
+        if holds != Holds():  # held, released, cleared, or refused with the reason
+            told.append((MarkKind.HOLDS, holds.describe()))
+    except Exception:
+        _keep_marks(ctx, told, now)
+        raise
+    _keep_marks(ctx, told, now)
+    marks = {
+        "holds": holds.to_dict(),
+        "standby": {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked},
+        "scale_down_disabled": {"added": list(kept.added), "removed": list(kept.removed)},
+        "moves": {"evicted": list(moved.evicted), "skipped": list(moved.skipped)},
+        "node_groups": ranking.to_dict() if ranking else None,
+    }
+    return marks, told
+
+
+def _keep_marks(ctx: Rollouts, told: Sequence[tuple[str, str]], now: datetime) -> None:
+    if told:
+        ctx.ledger.add_marks(ctx.cluster, ctx.run_id, told, now)
 
 
 def _wave_nodes(ctx: Rollouts, rollout_id: int) -> list[list[str]]:

@@ -234,7 +234,7 @@ def fleet(request: Request, user: User) -> Response:
 def plan(request: Request, user: User) -> Response:
     """The latest plan, the recent rollouts and the recent changes outside their waves."""
     page, settings = _page(request, user, "Plan and rollouts", "plan")
-    context: dict[str, Any] = {"plan_problem": None, "rollouts_problem": None}
+    context: dict[str, Any] = {"plan_problem": None, "rollouts_problem": None, "marks_problem": None}
     try:
         latest = sources.latest_plan(sources.storage_root(settings))
         context.update(latest=latest, plan=views.plan_view(latest.plan))
@@ -242,9 +242,12 @@ def plan(request: Request, user: User) -> Response:
         context["plan_problem"] = str(problem)
     try:
         context["rollouts"] = views.rollouts_table(sources.recent_rollouts(settings))
-        context["marks"] = views.marks_table(sources.recent_marks(settings))
     except Unavailable as problem:
         context["rollouts_problem"] = str(problem)
+    try:
+        context["marks"] = views.marks_table(sources.recent_marks(settings))
+    except Unavailable as problem:
+        context["marks_problem"] = str(problem)
     return page.render("plan.html", **context)
 
 

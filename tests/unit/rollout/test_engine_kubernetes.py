@@ -260,9 +260,13 @@ def test_a_plan_without_standby_nodes_clears_the_taint_and_changes_nothing_else(
         "holds": {"held": [], "released": [], "cleared": [], "refused": []},
     }
     assert api.node("sim-h200-0")["spec"]["taints"] == [theirs]
-    told = harness.ledger.recent_marks()
-    assert sorted(m.kind for m in told) == [engine.STANDBY] * 3  # one per taint removed, no rollout needed
-    assert all("sim-h200-0" in m.message for m in told)
+    # Told though no rollout followed: one line per taint removed, none for the grade that changed nothing.
+    told = sorted(m.message for m in harness.ledger.recent_marks())
+    assert told == sorted(
+        f"standby taint {key}:PreferNoSchedule added on 0 nodes (-), removed from 1 (sim-h200-0)"
+        for key in ("slicewise.io/standby", "slicewise.io/standby-large", "slicewise.io/standby-largest")
+    )
+    assert {m.kind for m in harness.ledger.recent_marks()} == {ledger_mod.MarkKind.STANDBY}
 
 
 def test_start_keeps_the_listed_shaped_nodes_from_the_autoscaler_and_touches_no_one_elses_annotation(

@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from slicewise.cluster.base import HOLD_ANNOTATION, Hold
+import pytest
+
+from slicewise.cluster.base import HOLD_ANNOTATION, ClusterError, Hold
 from slicewise.planning.types import CHANGE, DRAIN, UNCORDON, DesiredState, FleetPlan
 from slicewise.rollout import engine
 from slicewise.rollout import ledger as ledger_mod
+from slicewise.rollout.holds import Holds
 
 from .conftest import CHANGES, Harness, fleet_plan, healthy
 
@@ -48,7 +51,7 @@ def test_a_cordon_to_drain_node_is_held_with_the_change_it_waits_for_and_nothing
     assert harness.cluster.list_gpu_pods(NODE) == pods  # no pod evicted
     # No rollout, yet the ledger tells it: the hold is a change of the cluster.
     ((kind, run, message),) = [(m.kind, m.run_id, m.message) for m in harness.ledger.recent_marks()]
-    assert (kind, run) == (engine.HOLDS, harness.rollouts().run_id) and NODE in message
+    assert (kind, run) == (ledger_mod.MarkKind.HOLDS, harness.rollouts().run_id) and NODE in message
 
 
 def test_a_hold_is_written_once_and_keeps_its_start_when_the_wanted_state_moves(harness: Harness) -> None:
@@ -135,3 +138,21 @@ def test_a_change_takes_the_hold_over_and_ends_with_the_node_uncordoned(harness:
     assert not node.unschedulable and HOLD_ANNOTATION not in node.annotations
     events = [e.message for e in harness.ledger.events(rollout_id)]
     assert any("takes over Slicewise's hold" in message for message in events)
+
+
+def test_a_later_step_that_fails_leaves_the_earlier_steps_marks(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def outage(*_: object) -> Holds:
+        raise ClusterError("the API server went away")
+
+    monkeypatch.setattr(engine, "settle_holds", outage)
+    plan = dataclasses.replace(_plan(DRAIN), standby_grades=(("sim-h100-0",),))
+
+    with pytest.raises(ClusterError, match="went away"):
+        engine.start(harness.rollouts(), plan, "plan.json")
+
+    # The taint was written before the outage, and the ledger tells it; the hold was never made.
+    assert any(t.key == "slicewise.io/standby" for t in harness.cluster.get_node("sim-h100-0").taints)
+    ((kind, message),) = [(m.kind, m.message) for m in harness.ledger.recent_marks()]
+    assert kind == ledger_mod.MarkKind.STANDBY and "added on 1 nodes (sim-h100-0)" in message

@@ -4,6 +4,7 @@ conflict, a missing ConfigMap), and through the rollout's start on the simulated
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from slicewise.errors import PermanentError
 from slicewise.planning.node_groups import NodeGroup, ranked
 from slicewise.planning.types import FleetPlan
 from slicewise.rollout import engine
+from slicewise.rollout.ledger import MarkKind
 from slicewise.rollout.node_groups import (
     BEFORE_ANNOTATION,
     LEFT,
@@ -191,6 +193,19 @@ def test_a_rollout_start_ranks_the_groups_on_the_simulated_cluster_and_says_so(h
     assert written.data["priorities"] == ranked(GROUPS, plan).priorities()
     assert written.annotations[BEFORE_ANNOTATION] == SHIPPED
     assert "taken over and written: 30: - ^prod-gpu-mps-t4$" in harness.ledger.story(started["rollout_id"])
+    engine.rollback(harness.rollouts(run_id="gpu_partition_rollout/run-2"), started["rollout_id"])
+    harness.ledger.release_lock("simulated:test", "gpu_partition_rollout/run-2")
+
+    # A person edits the ranking: the next run leaves it and the ledger's marks say so, with no rollout either.
+    read = harness.cluster.get_config_map(NS, PRIORITY_EXPANDER_CONFIG_MAP)
+    harness.cluster.update_config_map(read, {"priorities": "50:\n  - .*-spot-.*\n"}, {})
+    nothing = dataclasses.replace(plan, nodes=())
+    left = engine.start(
+        harness.rollouts(run_id="gpu_partition_rollout/run-3", node_groups=GROUPS), nothing, "p"
+    )
+    assert (left["rollout_id"], left["node_groups"]["outcome"]) == (None, LEFT)
+    (mark,) = harness.ledger.recent_marks(run_id="gpu_partition_rollout/run-3")
+    assert mark.kind == MarkKind.NODE_GROUPS and "left as it is" in mark.message
 
 
 def test_apply_mode_ranks_the_listed_groups_unless_told_to_leave_the_configmap_to_others() -> None:

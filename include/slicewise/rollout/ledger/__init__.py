@@ -41,6 +41,7 @@ from slicewise.rollout.ledger.db import (
 )
 from slicewise.rollout.ledger.story import render_story
 from slicewise.rollout.ledger.tables import (
+    MARK_KINDS,
     MEASUREMENT_OUTCOMES,
     NODE_CHANGED,
     NODE_STATUSES,
@@ -52,6 +53,7 @@ from slicewise.rollout.ledger.tables import (
     EventRow,
     LockRow,
     Mark,
+    MarkKind,
     MarkRow,
     MeasurementRecord,
     MeasurementRow,
@@ -74,6 +76,7 @@ from slicewise.rollout.ledger.tables import (
 )
 
 __all__ = [
+    "MARK_KINDS",
     "MEASUREMENT_OUTCOMES",
     "NODE_STATUSES",
     "ROLLOUT_STATUSES",
@@ -85,6 +88,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "Mark",
+    "MarkKind",
     "MeasurementRecord",
     "NodeRecord",
     "NodeStatus",
@@ -493,20 +497,28 @@ class Ledger:
     # -- changes outside the waves ---------------------------------------------------------------------
 
     def add_marks(self, cluster: str, run_id: str, marks: Sequence[tuple[str, str]], now: datetime) -> None:
-        """Record what a run changed outside the waves, as (kind, message) pairs, in one transaction."""
+        """Record what a run changed outside the waves, as (kind, message) pairs, in one transaction. LedgerError
+        on a kind not in :data:`MARK_KINDS`."""
         now = utc(now)
+        unknown = sorted({kind for kind, _ in marks} - set(MARK_KINDS))
+        if unknown:
+            raise LedgerError(f"unknown mark kinds {unknown}; known: {', '.join(MARK_KINDS)}")
         with self._write() as session:
             session.add_all(
                 MarkRow(cluster=cluster, run_id=run_id, at=now, kind=kind, message=message)
                 for kind, message in marks
             )
 
-    def recent_marks(self, cluster: str | None = None, limit: int = 20) -> list[Mark]:
-        """Newest first, optionally of one cluster."""
+    def recent_marks(
+        self, cluster: str | None = None, limit: int = 20, *, run_id: str | None = None
+    ) -> list[Mark]:
+        """Newest first, optionally of one cluster and of one run."""
         with self._read() as session:
             query = select(MarkRow).order_by(MarkRow.at.desc(), MarkRow.id.desc()).limit(limit)
             if cluster is not None:
                 query = query.where(MarkRow.cluster == cluster)
+            if run_id is not None:
+                query = query.where(MarkRow.run_id == run_id)
             return [mark_record(row) for row in session.scalars(query)]
 
     def story(self, rollout_id: int) -> str:

@@ -63,7 +63,18 @@ class NodeStatus(StrEnum):
     RESTORE_FAILED = "RESTORE_FAILED"
 
 
+class MarkKind(StrEnum):
+    """What a mark tells of: one of the changes a run makes outside the waves."""
+
+    NODE_GROUPS = "node groups"  # the autoscaler's priority expander ConfigMap written, or left to a person
+    STANDBY = "standby"  # a standby taint added or removed
+    SCALE_DOWN = "scale-down"  # cluster-autoscaler's scale-down-disabled annotation added or removed
+    MOVES = "pod moves"  # fractional pods evicted from whole GPUs (or skipped, with the reason)
+    HOLDS = "holds"  # cordons that wait for pods to finish: held, released, cleared or refused
+
+
 ROLLOUT_STATUSES = tuple(RolloutStatus)
+MARK_KINDS = tuple(MarkKind)
 UNFINISHED = (RolloutStatus.RUNNING, RolloutStatus.PAUSED, RolloutStatus.ROLLING_BACK)
 TERMINAL = (RolloutStatus.PROMOTED, RolloutStatus.ROLLED_BACK, RolloutStatus.FAILED)
 WAVE_STATUSES = tuple(WaveStatus)
@@ -288,7 +299,7 @@ class Mark:
     cluster: str
     run_id: str
     at: datetime
-    kind: str  # which change: one of slicewise.rollout.engine's MARK_KINDS
+    kind: str  # one of MARK_KINDS
     message: str
 
 
