@@ -1,7 +1,9 @@
 """Start and stop local service processes, remembering exactly which ones were started.
 
 Each started process is recorded in a pid file (pid + command line) so that ``stop`` ends exactly what was
-started, never a same-named process of someone else, and a second ``start`` reuses a live one.
+started, never a same-named process of someone else, and a second ``start`` reuses a live one. Each is started
+as the leader of a session of its own, and ``stop`` ends the whole session: Airflow's task processes put
+themselves in process groups of their own, which a signal to the leader's group alone would leave running.
 """
 
 from __future__ import annotations
@@ -117,20 +119,42 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def stop(service: Service, run_dir: Path | None = None, timeout_s: float = 15.0) -> None:
-    """SIGTERM the service's process group, SIGKILL it after ``timeout_s``; remove its pid file."""
+    """SIGTERM the service's session (it was started as its leader), SIGKILL what is left of it after
+    ``timeout_s``; remove its pid file."""
     if service.alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(service.pid, signal.SIGTERM)
+        _signal_session(service.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while service.alive() and time.monotonic() < deadline:
+        while (service.alive() or session_members(service.pid)) and time.monotonic() < deadline:
             _reap(service.pid)
             time.sleep(0.1)
-        if service.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(service.pid, signal.SIGKILL)
+        # Only while something of it lives: then no other process can have been given its pid.
+        if service.alive() or session_members(service.pid):
+            _signal_session(service.pid, signal.SIGKILL)
         _reap(service.pid)
     if run_dir is not None:
         (run_dir / f"{service.name}.pid").unlink(missing_ok=True)
+
+
+def session_members(session: int) -> list[int]:
+    """The live processes of ``session``, the leader's included. Linux reuses no pid while a live process has it
+    as its session id, so these are the leader's descendants that did not start a session of their own."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, _group, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, IndexError, ValueError):
+            continue  # ended while we looked
+        if int(sid) == session and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _signal_session(session: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(session, signum)
+    for pid in session_members(session):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def _reap(pid: int) -> None:
