@@ -393,7 +393,9 @@ def test_before_anything_ran_every_page_says_what_is_missing(api: Api, empty_hom
         assert answer.status_code == 200, path
         assert text in answer.text, (path, answer.text)
         assert "<table" not in answer.text
-    assert "No rollout ledger yet at" in api.get("/slicewise/plan").text
+    no_ledger = api.get("/slicewise/plan").text
+    assert no_ledger.count("No rollout ledger yet at") == 1  # said once, for the rollouts and the marks
+    assert "Unavailable, as the rollouts above." in no_ledger
     assert api.get("/slicewise/rollouts/1").status_code == 404
     assert api.get("/slicewise/plan.html").status_code == 404
     assert api.get(f"/slicewise/whatif/{fleet_data.REVIEW_FOLDER}/report.html").status_code == 404

@@ -204,7 +204,7 @@ class EventRow(Base):
 
 
 class MarkRow(Base):
-    """A change a plan made outside the waves (the autoscaler's ranking, taints, annotations, pod moves, held
+    """A change a run made outside the waves (the autoscaler's ranking, taints, annotations, pod moves, held
     cordons), kept per cluster whether or not a rollout followed: a run that changes no node's labels may still
     evict pods, and the ledger is where that is told."""
 
