@@ -130,9 +130,8 @@ def _outside_the_waves(
             if ctx.node_groups
             else None
         )
-        if (
-            ranking is not None and ranking.outcome != UNCHANGED
-        ):  # written, or left to the person who edited it
+        # Written, or left to the person who edited it.
+        if ranking is not None and ranking.outcome != UNCHANGED:
             told.append((MarkKind.NODE_GROUPS, ranking.describe()))
         marked = mark_standby(ctx.backend, plan)
         told.extend((MarkKind.STANDBY, m.describe()) for m in marked if m.added or m.removed)
