@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from slicewise.forecasting.metrics import mae, pinball, under_provision_rate
+
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "data" / "traces"
 PHILLY = "philly_dre_jobstart_windows_gpu_util.parquet"
@@ -57,7 +59,7 @@ def philly(traces: Path) -> None:
             theirs = np.nanmean(mates[:, max(0, at - RECENT + 1) : at + 1], axis=1)
             ok = np.isfinite(target) & np.isfinite(own) & np.isfinite(theirs)
             y = target[ok]
-            errors = [np.mean(np.abs(y - f)) for f in (own[ok], theirs[ok], (own[ok] + theirs[ok]) / 2)]
+            errors = [mae(y, f) for f in (own[ok], theirs[ok], (own[ok] + theirs[ok]) / 2)]
             print(f"{cut:>4} {ok.sum():>8,} {errors[0]:>11.4f} {errors[1]:>13.4f} {errors[2]:>7.4f}")
 
 
@@ -69,11 +71,6 @@ def _minute_grid(frame: pd.DataFrame, pods: list[str], start: int, steps: int, h
     cells = pd.Series(frame["value"].to_numpy()).groupby([rows, cols]).agg(how)
     grid[cells.index.get_level_values(0), cells.index.get_level_values(1)] = cells.to_numpy()
     return grid
-
-
-def _pinball(y: np.ndarray, forecast: np.ndarray, tau: float) -> float:
-    miss = y - forecast
-    return float(np.mean(np.maximum(tau * miss, (tau - 1) * miss)))
 
 
 def genai(traces: Path) -> None:
@@ -114,7 +111,7 @@ def genai(traces: Path) -> None:
     print(f"{'forecast':<26} {'P90 pinball':>11} {'MAE':>8} {'under-provisioned':>18}")
     for name, column in (("last value", 0), ("hour's mean", 2), ("hour's P90", 3), ("EWMA", 5)):
         f = x[test, column]
-        print(f"{name:<26} {_pinball(y[test], f, 0.9):>11.5f} {np.mean(np.abs(y[test] - f)):>8.5f} {'':>18}")
+        print(f"{name:<26} {pinball(y[test], f, 0.9):>11.5f} {mae(y[test], f):>8.5f} {'':>18}")
     for name, width in (("GBM, utilisation", 9), ("GBM, + request rate", 13)):
         scores = []
         for seed in range(3):
@@ -130,11 +127,9 @@ def genai(traces: Path) -> None:
                 for tau in (0.5, 0.9)
             }
             p50, p90 = (fitted[tau].predict(x[test, :width]) for tau in (0.5, 0.9))
-            scores.append(
-                (_pinball(y[test], p90, 0.9), np.mean(np.abs(y[test] - p50)), np.mean(y[test] > p90))
-            )
-        pin, mae, under = np.mean(scores, axis=0)
-        print(f"{name:<26} {pin:>11.5f} {mae:>8.5f} {under:>17.1%}")
+            scores.append((pinball(y[test], p90, 0.9), mae(y[test], p50), under_provision_rate(y[test], p90)))
+        loss, error, under = np.mean(scores, axis=0)
+        print(f"{name:<26} {loss:>11.5f} {error:>8.5f} {under:>17.1%}")
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from slicewise.stack import processes
@@ -21,10 +22,10 @@ time.sleep(300)
 """
 
 
-def _wait_for(condition: object, timeout_s: float = 20.0) -> bool:
+def _wait_for(condition: Callable[[], object], timeout_s: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
+        if condition():
             return True
         time.sleep(0.05)
     return False

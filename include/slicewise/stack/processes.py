@@ -50,11 +50,16 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie (exited child not yet reaped) is not alive for our purposes.
+    fields = _stat(pid)
+    return fields is None or fields[0] != "Z"
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None once it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return True
-    return state != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def start(
@@ -111,11 +116,8 @@ def recorded(name: str, run_dir: Path) -> Service | None:
 def _start_ticks(pid: int) -> int | None:
     """The process' start time in clock ticks since boot: with the pid, it names one process for good
     (a recycled pid has another start time; a process renaming itself with setproctitle keeps it)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19])
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def stop(service: Service, run_dir: Path | None = None, timeout_s: float = 15.0) -> None:
@@ -139,13 +141,10 @@ def session_members(session: int) -> list[int]:
     """The live processes of ``session``, the leader's included. Linux reuses no pid while a live process has it
     as its session id, so these are the leader's descendants that did not start a session of their own."""
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _ppid, _group, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
-        except (OSError, IndexError, ValueError):
-            continue  # ended while we looked
-        if int(sid) == session and state != "Z":
-            members.append(int(stat.parent.name))
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))  # None: it ended while we looked
+        if fields is not None and fields[0] != "Z" and int(fields[3]) == session:
+            members.append(int(entry.name))
     return members
 
 
