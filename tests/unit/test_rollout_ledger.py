@@ -436,6 +436,41 @@ def test_marks_are_kept_per_cluster_without_a_rollout_newest_first(ledger: Ledge
         ledger.add_marks(CLUSTER, "run-4", [("holds", "x")], datetime(2025, 3, 1))
 
 
+def test_a_step_is_open_from_its_begin_to_its_end_and_one_left_open_becomes_a_mark(ledger: Ledger) -> None:
+    other = L.cluster_key("simulated", "fleet-b")
+    done = ledger.begin_step(CLUSTER, "run-1", "standby", "taint gpu-0", T0)
+    assert [(s.run_id, s.kind, s.intent) for s in ledger.open_steps()] == [
+        ("run-1", "standby", "taint gpu-0")
+    ]
+    assert ledger.recent_marks() == []  # begun is not done
+    ledger.end_step(done, ["tainted gpu-0", "untainted gpu-1"], T0 + timedelta(seconds=5))
+    assert ledger.open_steps() == []
+    assert [(m.run_id, m.kind, m.message) for m in ledger.recent_marks()] == [
+        ("run-1", "standby", "untainted gpu-1"),
+        ("run-1", "standby", "tainted gpu-0"),
+    ]
+    with pytest.raises(LedgerError, match=f"no open step {done}"):
+        ledger.end_step(done, ["again"], T0)
+    quiet = ledger.begin_step(CLUSTER, "run-1", "scale-down", "annotate nothing", T0)
+    ledger.end_step(quiet, [], T0)  # nothing changed: nothing told, and the step is closed
+    assert len(ledger.recent_marks()) == 2 and ledger.open_steps() == []
+
+    # A process killed inside two steps, on two clusters: each cluster's next run settles only its own.
+    ledger.begin_step(CLUSTER, "run-2", "pod moves", "evict a/p from gpu-3", T0 + timedelta(hours=1))
+    ledger.begin_step(other, "run-9", "holds", "hold gpu-7", T0 + timedelta(hours=1))
+    (settled,) = ledger.settle_abandoned_steps(CLUSTER, "run-3", T0 + timedelta(hours=2))
+    assert (settled.run_id, settled.kind) == ("run-2", "pod moves")  # told as the run that began it
+    assert settled.message.startswith("ended inside this step (begun 2025-03-01T13:00:00+00:00)")
+    assert "it was to evict a/p from gpu-3. Found by run run-3" in settled.message
+    assert ledger.recent_marks(CLUSTER, limit=1) == [settled]
+    assert [s.cluster for s in ledger.open_steps()] == [other]
+    assert ledger.settle_abandoned_steps(CLUSTER, "run-4", T0 + timedelta(hours=3)) == []
+
+    with pytest.raises(LedgerError, match="unknown mark kinds \\['taints'\\]"):
+        ledger.begin_step(CLUSTER, "run-5", "taints", "x", T0)
+    assert [s.cluster for s in ledger.open_steps()] == [other]
+
+
 # -- the one-rollout-per-cluster lock ----------------------------------------------------------------------
 
 

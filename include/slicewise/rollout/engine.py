@@ -10,7 +10,8 @@ ROLLING_BACK).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from slicewise.catalog import Catalog
 from slicewise.cluster.base import ClusterBackend
 from slicewise.planning.node_groups import NodeGroup
 from slicewise.planning.types import CHANGE, FleetPlan
-from slicewise.rollout import analysis
+from slicewise.rollout import analysis, intents
 from slicewise.rollout.checks import Check
 from slicewise.rollout.holds import Holds, settle_holds
 from slicewise.rollout.ledger import Ledger, MarkKind, NodeStatus, RolloutStatus, WaveStatus
@@ -79,6 +80,8 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
         ctx.ledger.release_lock(ctx.cluster, holder)
         if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
             raise RolloutBusy(f"cluster {ctx.cluster}: could not take over the lock of {holder}")
+    for mark in ctx.ledger.settle_abandoned_steps(ctx.cluster, ctx.run_id, now):
+        log.warning("run %s, %s: %s", mark.run_id, mark.kind, mark.message)
     unfinished = ctx.ledger.unfinished_rollout(ctx.cluster)
     if unfinished is not None and unfinished.run_id == ctx.run_id:
         ctx.event(
@@ -119,37 +122,35 @@ def _outside_the_waves(
     ctx: Rollouts, plan: FleetPlan, now: datetime
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The plan's changes that need no wave, under the lock and before any wave, and the lines the ledger's
-    marks keep of them. The lines are written after the writes they tell of, also when a later step fails: a
-    killed process loses the lines of its last steps, never a change, and the next run decides afresh."""
+    marks keep of them. Each step is begun in the ledger with what it is to do and closed with what it did
+    (:func:`_step`), so a process killed inside a step leaves a line the next run turns into a mark."""
     told: list[tuple[str, str]] = []
-    try:
-        # The ranking, the taints and the annotation move no pod, and the waves' nodes are on no list. The ranking
-        # goes first: a ConfigMap that is missing fails before any node write.
-        ranking = (
-            rank_node_groups(ctx.backend, plan, ctx.node_groups, ctx.autoscaler_namespace)
-            if ctx.node_groups
-            else None
-        )
-        # Written, or left to the person who edited it.
-        if ranking is not None and ranking.outcome != UNCHANGED:
-            told.append((MarkKind.NODE_GROUPS, ranking.describe()))
+    ranking = None
+    # The ranking, the taints and the annotation move no pod, and the waves' nodes are on no list. The ranking
+    # goes first: a ConfigMap that is missing fails before any node write.
+    if ctx.node_groups:
+        intent = intents.node_groups(ctx.node_groups, ctx.autoscaler_namespace)
+        with _step(ctx, MarkKind.NODE_GROUPS, intent, told) as lines:
+            ranking = rank_node_groups(ctx.backend, plan, ctx.node_groups, ctx.autoscaler_namespace)
+            if ranking.outcome != UNCHANGED:  # written, or left to the person who edited it
+                lines.append(ranking.describe())
+    with _step(ctx, MarkKind.STANDBY, intents.standby(plan), told) as lines:
         marked = mark_standby(ctx.backend, plan)
-        told.extend((MarkKind.STANDBY, m.describe()) for m in marked if m.added or m.removed)
+        lines.extend(m.describe() for m in marked if m.added or m.removed)
+    with _step(ctx, MarkKind.SCALE_DOWN, intents.scale_down(plan), told) as lines:
         kept = mark_scale_down_disabled(ctx.backend, plan)
         if kept.added or kept.removed:
-            told.append((MarkKind.SCALE_DOWN, kept.describe()))
-        # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
+            lines.append(kept.describe())
+    # Evictions of single pods onto MPS nodes no wave changes: no node is relabelled.
+    with _step(ctx, MarkKind.MOVES, intents.moves(plan), told) as lines:
         moved = move_pods(ctx.backend, plan)
         if plan.moves:  # evicted, or skipped with the reason
-            told.append((MarkKind.MOVES, moved.describe()))
-        # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
+            lines.append(moved.describe())
+    # Cordons that wait for pods to finish, and their release: no pod is evicted, no node relabelled.
+    with _step(ctx, MarkKind.HOLDS, intents.holds(plan), told) as lines:
         holds = settle_holds(ctx.backend, plan, ctx.catalog, now)
         if holds != Holds():  # held, released, cleared, or refused with the reason
-            told.append((MarkKind.HOLDS, holds.describe()))
-    except Exception:
-        _keep_marks(ctx, told, now)
-        raise
-    _keep_marks(ctx, told, now)
+            lines.append(holds.describe())
     marks = {
         "holds": holds.to_dict(),
         "standby": {m.taint.key: {"added": list(m.added), "removed": list(m.removed)} for m in marked},
@@ -160,9 +161,25 @@ def _outside_the_waves(
     return marks, told
 
 
-def _keep_marks(ctx: Rollouts, told: Sequence[tuple[str, str]], now: datetime) -> None:
-    if told:
-        ctx.ledger.add_marks(ctx.cluster, ctx.run_id, told, now)
+@contextmanager
+def _step(ctx: Rollouts, kind: MarkKind, intent: str, told: list[tuple[str, str]]) -> Iterator[list[str]]:
+    """One step outside the waves, write-ahead: begun in the ledger with its ``intent`` before its first write,
+    closed with the lines the body appends (also added to ``told``). A step that raises is closed with a line
+    saying so, since what it changed before failing is not known here; a killed process closes nothing, and the
+    next run's :func:`start` settles the step it left open."""
+    step = ctx.ledger.begin_step(ctx.cluster, ctx.run_id, kind, intent, ctx.clock.now())
+    lines: list[str] = []
+    try:
+        yield lines
+    except Exception as exc:
+        lines.append(
+            f"failed inside this step ({type(exc).__name__}: {exc}); it was to {intent}. "
+            "What it changed before failing is not told; the next plan reads the cluster as it is"
+        )
+        ctx.ledger.end_step(step, lines, ctx.clock.now())
+        raise
+    ctx.ledger.end_step(step, lines, ctx.clock.now())
+    told.extend((kind, line) for line in lines)
 
 
 def _wave_nodes(ctx: Rollouts, rollout_id: int) -> list[list[str]]:

@@ -2,7 +2,7 @@
 cluster (the autoscaler's ranking, standby taints, cordon, eviction, label, annotation, uncordon) and run again,
 and every node ends fully changed or fully restored, uncordoned, with the resources its labels promise, each
 standby taint on exactly the nodes of its list in the plan and the ranking written once; no pod leaves but through
-an eviction."""
+an eviction; and every write made outside the waves is told in the ledger's marks."""
 
 from __future__ import annotations
 
@@ -240,6 +240,30 @@ def _assert_whole(
     ranking = cluster.get_config_map("kube-system", PRIORITY_EXPANDER_CONFIG_MAP).data["priorities"]
     assert ranking == ranked(GROUPS, dataclasses.replace(fleet_plan(), scarce_kinds=SCARCE)).priorities()
     assert [kind for wrapper in used for kind, _ in wrapper.log if kind == "configmap"] == ["configmap"]
+    _assert_told(harness, used)
+
+
+#: The writes made outside the waves, by the ledger's mark kind that tells of them.
+TOLD_AS = {
+    "configmap": ledger_mod.MarkKind.NODE_GROUPS,
+    "taint": ledger_mod.MarkKind.STANDBY,
+    "hold": ledger_mod.MarkKind.HOLDS,
+}
+
+
+def _assert_told(harness: Harness, used: list[Dying]) -> None:
+    """Every write made outside the waves is in the ledger's marks: told by the step that made it, or, when the
+    process died inside the step, by the mark the next run left of what the step was to do; no step stays open."""
+    assert harness.ledger.open_steps() == []
+    marks = harness.ledger.recent_marks(limit=1000)
+    for kind, target in (entry for wrapper in used for entry in wrapper.log if entry[0] in TOLD_AS):
+        node, _, key = target.partition(" ")  # a taint's target is "node key"
+        named = (PRIORITY_EXPANDER_CONFIG_MAP,) if kind == "configmap" else (node, f"{key}:")
+        assert any(
+            m.kind == TOLD_AS[kind]
+            and (all(n in m.message for n in named) or m.message.startswith("ended inside this step"))
+            for m in marks
+        ), (kind, target, [(m.kind, m.message) for m in marks])
 
 
 def _degraded(query: str, baseline: bool) -> float | None:

@@ -152,7 +152,11 @@ def test_a_later_step_that_fails_leaves_the_earlier_steps_marks(
     with pytest.raises(ClusterError, match="went away"):
         engine.start(harness.rollouts(), plan, "plan.json")
 
-    # The taint was written before the outage, and the ledger tells it; the hold was never made.
+    # The taint was written before the outage, and the ledger tells it; the failed step says what it was to do.
     assert any(t.key == "slicewise.io/standby" for t in harness.cluster.get_node("sim-h100-0").taints)
-    ((kind, message),) = [(m.kind, m.message) for m in harness.ledger.recent_marks()]
-    assert kind == ledger_mod.MarkKind.STANDBY and "added on 1 nodes (sim-h100-0)" in message
+    failed, tainted = [(m.kind, m.message) for m in harness.ledger.recent_marks()]
+    assert tainted[0] == ledger_mod.MarkKind.STANDBY and "added on 1 nodes (sim-h100-0)" in tainted[1]
+    assert failed[0] == ledger_mod.MarkKind.HOLDS
+    assert "failed inside this step (ClusterError: the API server went away)" in failed[1]
+    assert f"it was to hold (cordon until their pods end) {NODE}," in failed[1]
+    assert not harness.ledger.open_steps()

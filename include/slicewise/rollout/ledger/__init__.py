@@ -18,7 +18,7 @@ from the settings and the Airflow Connection).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Self
@@ -60,6 +60,8 @@ from slicewise.rollout.ledger.tables import (
     NodeRecord,
     NodeRow,
     NodeStatus,
+    OpenStep,
+    OpenStepRow,
     Rollout,
     RolloutRow,
     RolloutStatus,
@@ -70,6 +72,7 @@ from slicewise.rollout.ledger.tables import (
     mark_record,
     measurement_record,
     node_record,
+    open_step_record,
     rollout_record,
     split_value,
     wave_record,
@@ -92,6 +95,7 @@ __all__ = [
     "MeasurementRecord",
     "NodeRecord",
     "NodeStatus",
+    "OpenStep",
     "Rollout",
     "RolloutStatus",
     "Wave",
@@ -500,9 +504,7 @@ class Ledger:
         """Record what a run changed outside the waves, as (kind, message) pairs, in one transaction. LedgerError
         on a kind not in :data:`MARK_KINDS`."""
         now = utc(now)
-        unknown = sorted({kind for kind, _ in marks} - set(MARK_KINDS))
-        if unknown:
-            raise LedgerError(f"unknown mark kinds {unknown}; known: {', '.join(MARK_KINDS)}")
+        _check_kinds(kind for kind, _ in marks)
         with self._write() as session:
             session.add_all(
                 MarkRow(cluster=cluster, run_id=run_id, at=now, kind=kind, message=message)
@@ -521,6 +523,69 @@ class Ledger:
                 query = query.where(MarkRow.run_id == run_id)
             return [mark_record(row) for row in session.scalars(query)]
 
+    def begin_step(self, cluster: str, run_id: str, kind: str, intent: str, now: datetime) -> int:
+        """Write-ahead for a step outside the waves, before its first write to the cluster: ``intent`` says, from
+        the plan, what the step is to do. Returns the id :meth:`end_step` closes. LedgerError on a kind not in
+        :data:`MARK_KINDS`."""
+        now = utc(now)
+        _check_kinds([kind])
+        with self._write() as session:
+            row = OpenStepRow(cluster=cluster, run_id=run_id, begun_at=now, kind=kind, intent=intent)
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def end_step(self, step_id: int, lines: Sequence[str], now: datetime) -> None:
+        """Keep the step's lines as marks of its kind and close it, in one transaction. A step another run
+        settled meanwhile (its lock had expired) still gets its lines: each is true of the writes it tells of.
+        LedgerError for an id never begun."""
+        now = utc(now)
+        with self._write() as session:
+            row = session.get(OpenStepRow, step_id)
+            if row is None:
+                raise LedgerError(f"no open step {step_id}: closed already, or never begun")
+            session.add_all(
+                MarkRow(cluster=row.cluster, run_id=row.run_id, at=now, kind=row.kind, message=line)
+                for line in lines
+            )
+            session.delete(row)
+
+    def settle_abandoned_steps(self, cluster: str, found_by: str, now: datetime) -> list[Mark]:
+        """Every step of ``cluster`` left open, told as a mark of its run and closed, in one transaction; call it
+        under the cluster's lock, before any step (an open step is then one whose process died inside it).
+        Oldest first."""
+        now = utc(now)
+        with self._write() as session:
+            rows = session.scalars(
+                select(OpenStepRow).where(OpenStepRow.cluster == cluster).order_by(OpenStepRow.id)
+            ).all()
+            marks = [
+                MarkRow(
+                    cluster=cluster,
+                    run_id=row.run_id,
+                    at=now,
+                    kind=row.kind,
+                    message=(
+                        f"ended inside this step (begun {iso(row.begun_at)}) before telling what it changed; "
+                        f"it was to {row.intent}. Found by run {found_by}; the next plan reads the cluster as it is"
+                    ),
+                )
+                for row in rows
+            ]
+            session.add_all(marks)
+            for row in rows:
+                session.delete(row)
+            session.flush()
+            return [mark_record(mark) for mark in marks]
+
+    def open_steps(self, cluster: str | None = None) -> list[OpenStep]:
+        """Steps begun and not yet closed, oldest first: running now, or left by a process that died."""
+        with self._read() as session:
+            query = select(OpenStepRow).order_by(OpenStepRow.id)
+            if cluster is not None:
+                query = query.where(OpenStepRow.cluster == cluster)
+            return [open_step_record(row) for row in session.scalars(query)]
+
     def story(self, rollout_id: int) -> str:
         """A readable multi-line account of the rollout for task logs: waves, each node's labels before and
         after with its status, the measurements and the events."""
@@ -532,3 +597,9 @@ class Ledger:
             self.measurements(rollout_id),
             self.events(rollout_id),
         )
+
+
+def _check_kinds(kinds: Iterable[str]) -> None:
+    unknown = sorted(set(kinds) - set(MARK_KINDS))
+    if unknown:
+        raise LedgerError(f"unknown mark kinds {unknown}; known: {', '.join(MARK_KINDS)}")

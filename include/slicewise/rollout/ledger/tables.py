@@ -218,6 +218,21 @@ class MarkRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class OpenStepRow(Base):
+    """A step outside the waves that has begun and not yet told what it changed: written before the step's first
+    write to the cluster, and deleted in the transaction that keeps the step's marks. A row left behind is a run
+    killed inside the step; the next run under the lock turns it into a mark (nothing it changed goes untold)."""
+
+    __tablename__ = "slicewise_open_steps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(512), index=True)
+    run_id: Mapped[str] = mapped_column(String(250))
+    begun_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    kind: Mapped[str] = mapped_column(String(64))
+    intent: Mapped[str] = mapped_column(Text)  # what the step was to do, from the plan
+
+
 class LockRow(Base):
     __tablename__ = "slicewise_locks"
 
@@ -303,6 +318,16 @@ class Mark:
     message: str
 
 
+@dataclass(frozen=True)
+class OpenStep:
+    id: int
+    cluster: str
+    run_id: str
+    begun_at: datetime
+    kind: str  # one of MARK_KINDS
+    intent: str
+
+
 def rollout_record(row: RolloutRow) -> Rollout:
     return Rollout(
         row.id, row.cluster, row.run_id, row.plan_path, row.status, row.reason, row.created_at, row.updated_at
@@ -350,3 +375,7 @@ def event_record(row: EventRow) -> EventRecord:
 
 def mark_record(row: MarkRow) -> Mark:
     return Mark(row.cluster, row.run_id, row.at, row.kind, row.message)
+
+
+def open_step_record(row: OpenStepRow) -> OpenStep:
+    return OpenStep(row.id, row.cluster, row.run_id, row.begun_at, row.kind, row.intent)
