@@ -47,6 +47,7 @@ import argparse
 import dataclasses
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,20 @@ def philly_spec(spec: Any) -> Any:
         training=dataclasses.replace(spec.training, window_stride=1),
         architecture=dataclasses.replace(spec.architecture, member_window_steps=spans),
     )
+
+
+def trace_panels(args: argparse.Namespace, spec: Any) -> Iterator[tuple[str, Any, Any]]:
+    """(trace, panel, spec for it) of each trace ``--only`` leaves in, loaded from ``--traces`` and announced."""
+    traces = [
+        ("genai", lambda: genai_panel(args.traces), spec),
+        ("philly", lambda: philly_panel(args.traces, args.philly_days), philly_spec(spec)),
+    ]
+    for trace, load_panel, trace_spec in traces:
+        if args.only not in (None, trace):
+            continue
+        panel = load_panel()
+        print(f"\n== {trace}: {len(panel.keys):,} series x {panel.load.shape[1]:,} steps of {panel.step_s} s")
+        yield trace, panel, trace_spec
 
 
 def best_baseline(models: dict[str, dict[str, Any]], metric: str) -> tuple[str, float | None]:
@@ -383,15 +398,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     summaries: list[str] = []
     variants: list[str] = []
-    traces = [
-        ("genai", lambda: genai_panel(args.traces), spec),
-        ("philly", lambda: philly_panel(args.traces, args.philly_days), philly_spec(spec)),
-    ]
-    for trace, load_panel, trace_spec in traces:
-        if args.only not in (None, trace):
-            continue
-        panel = load_panel()
-        print(f"\n== {trace}: {len(panel.keys):,} series x {panel.load.shape[1]:,} steps of {panel.step_s} s")
+    for trace, panel, trace_spec in trace_panels(args, spec):
         for horizon in args.horizons:
             mine: list[dict[str, Any]] = []
             for seed in args.seeds:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from slicewise import store
+from slicewise.forecasting.steps import EVAL_HOURS
 from slicewise.simulator.fleet import Fleet
 from slicewise.stack import mlflow as mlflow_stack
 from slicewise.stack import processes
@@ -92,8 +93,13 @@ def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rul
     second = registry(mlflow_server).get_model_version(MODEL, "2")
     second_run = registry(mlflow_server).get_run(second.run_id)
     assert second_run.data.tags["newest_hour_end"] == (FIRST + timedelta(hours=7)).isoformat()
-    # Seven hours do: each quantile's factor is fitted on the hour after the training data and logged with
-    # the version; the shipped spec's calibration_gain of 0 keeps the applied one at 1.
+    # The shipped spec fits nothing on the hour after training (calibration_gain 0, no expert mix), so the model
+    # trains up to the gate's held-out hour (which starts the longest horizon before it), and each quantile's
+    # factor is fitted on that held-out hour as advice, logged with the version; the applied one stays at 1.
+    params = second_run.data.params
+    gate_hour = FIRST + timedelta(hours=7) - timedelta(hours=EVAL_HOURS, minutes=60)
+    assert params["training_data_end"] == gate_hour.isoformat()
+    assert params["calibration_fitted_on"] == "the gate's held-out hour (advice only)"
     fits = {k: v for k, v in second_run.data.metrics.items() if k.startswith("calibration.fit.")}
     assert len(fits) == 2 * 2 and all(0.13 <= v <= 7.4 for v in fits.values())
     assert any(v != 1.0 for v in fits.values())

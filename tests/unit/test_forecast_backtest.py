@@ -102,8 +102,9 @@ def test_run_backtest_refuses_a_panel_too_short_for_any_window_before_loading_te
         run_backtest(panel, load_specs()[0], 1.0, 15)
 
 
-def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_before_its_calibration_hour(
-    tmp_path: Path,
+@pytest.mark.parametrize("calibration_gain", [0.0, 0.5])
+def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_the_model_trains_on(
+    tmp_path: Path, calibration_gain: float
 ) -> None:
     import yaml
 
@@ -115,7 +116,8 @@ def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_before_its_
     csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
     panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
     spec_path = tiny_spec_file(tmp_path / "spec.yaml")
-    spec = parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path))
+    raw = {**yaml.safe_load(spec_path.read_text()), "calibration_gain": calibration_gain}
+    spec = parse_spec(raw, str(spec_path))
     fitted_on: list[np.ndarray] = []
 
     def zero(train: Windows, _spec: Any) -> Any:
@@ -127,10 +129,16 @@ def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_before_its_
     assert len(fitted_on) == 3  # afresh before every fold
     for fold, steps in zip(result["folds"], fitted_on, strict=True):
         narrowed = dataclasses.replace(spec, horizons_minutes=(15,))
-        train_end = calibration_start(narrowed, fold["cut"], panel.step_s)
         (horizon_steps,) = narrowed.horizon_steps()
-        # Expanding window, and no target the fold's calibration hour or the fold itself could know.
-        assert len(steps) and (steps + horizon_steps < train_end).all()
+        if calibration_gain:
+            # Expanding window, and no target the fold's calibration hour or the fold itself could know.
+            before = calibration_start(narrowed, fold["cut"], panel.step_s)
+            assert len(steps) and (steps + horizon_steps < before).all()
+        else:
+            # Nothing is fitted on the hour before the cut: the model and the reference train up to the cut,
+            # the newest window's target ending right before it.
+            assert len(steps) and (steps + horizon_steps < fold["cut"]).all()
+            assert steps.max() + horizon_steps > calibration_start(narrowed, fold["cut"], panel.step_s)
         scored = held_out_windows(panel, narrowed, fold["cut"])
         actual = scored.targets[scored.step < fold["end"], 0]
         zero_scores = fold["models"]["zero"]

@@ -33,7 +33,7 @@ MAX_PANEL_CELLS = 30_000_000
 LSTM = "lstm"
 LSTM_UNCALIBRATED = "lstm_uncalibrated"
 
-#: A reference model for comparison (not the forecaster): given the windows before a fold's calibration hour
+#: A reference model for comparison (not the forecaster): given the windows before a fold's training end
 #: and the spec, fitted from scratch, it returns a predictor of (windows, horizons, quantiles) from windows'
 #: inputs, as the LSTM's.
 Reference = Callable[[Windows, "ForecasterSpec"], Callable[[np.ndarray], np.ndarray]]
@@ -153,11 +153,14 @@ def run_backtest(
     hourly (expanding window).
 
     Each cut is one step in global time. Training windows (every ``spec.training.window_stride`` steps) come
-    from the panel before the cut less the calibration hour and the horizon; the calibration
-    (:func:`~slicewise.forecasting.training.calibrate`) is fitted on the windows of that hour; held-out windows
-    end at or after the cut (stride 1). The model is ``build_model`` of ``spec`` narrowed to
-    ``horizon_minutes`` and the panel's step, trained with :func:`~slicewise.forecasting.training.train` (the
-    newest windows plus a replay of older ones, within ``time_budget_s``, default the spec's).
+    from the panel before :func:`~slicewise.forecasting.training.training_end`, as production's update: where
+    the spec fits a calibration or an expert mix (or ``expert_rules`` are given), before the cut less the
+    calibration hour and the horizon, and the calibration (:func:`~slicewise.forecasting.training.calibrate`)
+    is fitted on the windows of that hour; else up to the cut itself (targets known before it), with no
+    calibration fitted. Held-out windows end at or after the cut (stride 1). The model is ``build_model`` of
+    ``spec`` narrowed to ``horizon_minutes`` and the panel's step, trained with
+    :func:`~slicewise.forecasting.training.train` (the newest windows plus a replay of older ones, within
+    ``time_budget_s``, default the spec's).
 
     Returns a JSON-safe dict: ``horizon_minutes``; ``folds``, one entry per span with its ``models`` (``"lstm"``
     — calibrated —, ``"lstm_uncalibrated"`` and every baseline, each to its metrics ``mae, smape, mase,
@@ -176,8 +179,8 @@ def run_backtest(
     for ``scale``), fitted on the same known windows (none while they span less than the rule's ``min_hours``,
     from the first window's last step to the newest's).
 
-    Each of ``references`` adds a model under its name, fitted afresh before each fold on every training window
-    before the fold's calibration hour (expanding window, ``spec.training.window_stride``) and scored as the
+    Each of ``references`` adds a model under its name, fitted afresh before each fold on every window before
+    the model's training end (expanding window, ``spec.training.window_stride``) and scored as the
     LSTM is: a yardstick for what the inputs allow, not a forecaster Slicewise ships.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
@@ -197,9 +200,7 @@ def run_backtest(
         raise ValueError(f"{n_steps} steps are too few to split at {train_fraction}")
     cuts = fold_cuts(n_steps, split, folds)
 
-    from slicewise.forecasting.training import calibration_start
-
-    first_end = max(1, calibration_start(spec, split, panel.step_s))
+    first_end = _train_end(spec, split, panel.step_s, expert_rules)
     train_windows = make_windows(panel.head(first_end), spec, stride=spec.training.window_stride)
     test_windows = held_out_windows(panel, spec, split)
     if not len(train_windows.inputs) or not len(test_windows.inputs):
@@ -222,7 +223,7 @@ def run_backtest(
     live = _Live.empty(len(spec.quantiles), len(_experts()))
     for index in range(folds):
         cut, end = cuts[index], cuts[index + 1]
-        train_end = max(1, calibration_start(spec, cut, panel.step_s))
+        train_end = _train_end(spec, cut, panel.step_s, expert_rules)
         fold, live = _fold(
             panel,
             spec,
@@ -370,6 +371,14 @@ def _fold(
         "fitted_windows": report.new_windows + report.replay_windows,
         "epochs": report.epochs,
     }, live
+
+
+def _train_end(spec: ForecasterSpec, cut: int, step_s: int, expert_rules: Sequence[ExpertRule]) -> int:
+    """Production's training end, or, for the benchmark's expert rules, which are fitted on the calibration
+    hour before the first cut, always before that hour."""
+    from slicewise.forecasting.training import calibration_start, training_end
+
+    return max(1, calibration_start(spec, cut, step_s) if expert_rules else training_end(spec, cut, step_s))
 
 
 def _experts() -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -157,7 +157,12 @@ def hourly_update(
         with_calibration,
         with_expert_mix,
     )
-    from slicewise.forecasting.training import calibrate, calibration_start, mix_experts
+    from slicewise.forecasting.training import (
+        calibrate,
+        fits_on_the_hour_after_training,
+        mix_experts,
+        training_end,
+    )
 
     registry.check_reachable(tracking_uri)  # before any work: an unreachable MLflow changes nothing
     eval_from = split_steps(panel, spec)
@@ -179,9 +184,11 @@ def hourly_update(
         model = with_expert_mix(model, spec)
 
     hour = 3600 // panel.step_s
-    # Training stops an hour and a horizon before the held-out hour: that hour calibrates the quantiles on
-    # windows the model never trained on. With too little history for both, the model stays uncalibrated.
-    train_end = calibration_start(spec, eval_from, panel.step_s)
+    # Where the update fits its calibration or expert mix, training stops an hour and a horizon before the
+    # held-out hour: that hour is fitted on windows the model never trained on. With too little history for
+    # both, the model stays uncalibrated. Where it fits neither (the shipped spec), it trains up to the gate's
+    # hour, on the freshest data there is.
+    train_end = training_end(spec, eval_from, panel.step_s)
     if train_end < spec.min_observed_steps + max(spec.horizon_steps()) + 1:
         train_end = eval_from
     # Enough series that the newest hour alone fills the training budget; replay draws from the same ones.
@@ -200,18 +207,19 @@ def hourly_update(
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
     identity = np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))
-    factors, fitted = (
-        calibrate(
-            model,
-            subsample(panel, EVAL_SERIES, seed + 2),
-            spec,
-            train_end,
-            eval_from,
-            calibration_of(champion.model) if champion is not None else None,
-        )
-        if train_end < eval_from
-        else (identity, identity)
-    )
+    previous = calibration_of(champion.model) if champion is not None else None
+    calibrated_on = subsample(panel, EVAL_SERIES, seed + 2)
+    if train_end < eval_from:
+        factors, fitted = calibrate(model, calibrated_on, spec, train_end, eval_from, previous)
+        fitted_on = "the hour after training"
+    elif not fits_on_the_hour_after_training(spec):
+        # Trained up to the gate's hour, nothing to apply (calibration_gain 0): the fit logged as advice is the
+        # one the gate's held-out hour asks for, and the model keeps the champion's factors.
+        factors, fitted = calibrate(model, calibrated_on, spec, eval_from, panel.load.shape[1], previous)
+        fitted_on = "the gate's held-out hour (advice only)"
+    else:
+        factors, fitted = identity, identity
+        fitted_on = "none (too little history)"
     log.info(
         "calibration of %s (log-factors per horizon x quantile): applied %s, the newest hour's fit %s",
         spec.name,
@@ -220,7 +228,7 @@ def hourly_update(
     )
     mixture = (
         mix_experts(model, subsample(panel, EVAL_SERIES, seed + 2), spec, train_end, eval_from)
-        if has_expert_mix(model) and train_end < eval_from
+        if has_expert_mix(model) and (train_end < eval_from or not spec.expert_mix)
         else None
     )
     if mixture is not None:
@@ -259,6 +267,8 @@ def hourly_update(
             "expert_memory": spec.expert_memory if spec.expert_mix else "off",
             "started_from": champion.version if champion else "scratch",
             "champion_set_aside": set_aside or "none",
+            "training_data_end": _iso(panel, train_end),
+            "calibration_fitted_on": fitted_on,
             "new_windows": report.new_windows,
             "replay_windows": report.replay_windows,
             "epochs": report.epochs,
@@ -305,6 +315,12 @@ def hourly_update(
         "baseline": decision.baseline,
         "baseline_score": _finite(decision.baseline_score),
     }
+
+
+def _iso(panel: Panel, step: int) -> str:
+    """The time of ``step`` (the first step after the data it ends), in UTC."""
+    at = int(panel.timestamps[0]) + step * panel.step_s
+    return datetime.fromtimestamp(at, UTC).isoformat()
 
 
 def _calibration_metrics(spec: ForecasterSpec, log_factors: np.ndarray, prefix: str) -> dict[str, float]:
