@@ -523,9 +523,9 @@ class Ledger:
                 query = query.where(MarkRow.run_id == run_id)
             return [mark_record(row) for row in session.scalars(query)]
 
-    def begin_step(self, cluster: str, run_id: str, kind: str, intent: str, now: datetime) -> int:
+    def begin_step(self, cluster: str, run_id: str, kind: str, intent: str, now: datetime) -> OpenStep:
         """Write-ahead for a step outside the waves, before its first write to the cluster: ``intent`` says, from
-        the plan, what the step is to do. Returns the id :meth:`end_step` closes. LedgerError on a kind not in
+        the plan, what the step is to do. Returns the step, for :meth:`end_step`. LedgerError on a kind not in
         :data:`MARK_KINDS`."""
         now = utc(now)
         _check_kinds([kind])
@@ -533,22 +533,19 @@ class Ledger:
             row = OpenStepRow(cluster=cluster, run_id=run_id, begun_at=now, kind=kind, intent=intent)
             session.add(row)
             session.flush()
-            return row.id
+            return open_step_record(row)
 
-    def end_step(self, step_id: int, lines: Sequence[str], now: datetime) -> None:
-        """Keep the step's lines as marks of its kind and close it, in one transaction. A step another run
-        settled meanwhile (its lock had expired) still gets its lines: each is true of the writes it tells of.
-        LedgerError for an id never begun."""
+    def end_step(self, step: OpenStep, lines: Sequence[str], now: datetime) -> None:
+        """Keep the step's lines as marks of its run and kind and close it, in one transaction. A step another
+        run settled meanwhile (the lock had expired under a slow step) still gets its lines: each is true of the
+        writes it tells of, beside the other run's line that the step may have ended."""
         now = utc(now)
         with self._write() as session:
-            row = session.get(OpenStepRow, step_id)
-            if row is None:
-                raise LedgerError(f"no open step {step_id}: closed already, or never begun")
             session.add_all(
-                MarkRow(cluster=row.cluster, run_id=row.run_id, at=now, kind=row.kind, message=line)
+                MarkRow(cluster=step.cluster, run_id=step.run_id, at=now, kind=step.kind, message=line)
                 for line in lines
             )
-            session.delete(row)
+            session.execute(delete(OpenStepRow).where(OpenStepRow.id == step.id))
 
     def settle_abandoned_steps(self, cluster: str, found_by: str, now: datetime) -> list[Mark]:
         """Every step of ``cluster`` left open, told as a mark of its run and closed, in one transaction; call it
