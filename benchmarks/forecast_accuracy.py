@@ -25,8 +25,9 @@ each ``--expert-recalibrate-min-hours`` H > 0 a copy that corrects only once tho
 (``..._minHh``).
 
 ``--gbm-reference`` adds reference rows, not shipped: gradient-boosted quantile regression on hand-made window
-features (``benchmarks/quantile_gbm.py``), fitted afresh before every fold on every window before the fold's
-calibration hour, on the target itself (``levels``, row ``gbm_reference``) and/or on the target less the last
+features (``benchmarks/quantile_gbm.py``), fitted afresh before every fold on every window the LSTM's update
+trains on (up to the cut with the shipped spec; before the calibration hour where the spec fits one or expert
+rules are given), on the target itself (``levels``, row ``gbm_reference``) and/or on the target less the last
 hour's mean (``residual``, row ``gbm_residual``): how much a different learner gets out of the same windows.
 It does not depend on the seed.
 

@@ -3,7 +3,7 @@ window features (scikit-learn's ``HistGradientBoostingRegressor``, one model per
 
 Not a forecaster Slicewise ships (issue 16 keeps the LSTM in production): a yardstick for how much a
 different, well-tuned learner gets out of the same windows, fitted afresh before every fold on every window
-before the fold's calibration hour (``slicewise.forecasting.backtest.Reference``). Its features are read off
+the LSTM's update trains on (``slicewise.forecasting.backtest.Reference``). Its features are read off
 the LSTM's own window inputs (``slicewise.forecasting.windows.FEATURES``), so both see the same history.
 """
 

@@ -94,8 +94,9 @@ def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rul
     second_run = registry(mlflow_server).get_run(second.run_id)
     assert second_run.data.tags["newest_hour_end"] == (FIRST + timedelta(hours=7)).isoformat()
     # The shipped spec fits nothing on the hour after training (calibration_gain 0, no expert mix), so the model
-    # trains up to the gate's held-out hour (which starts the longest horizon before it), and each quantile's
-    # factor is fitted on that held-out hour as advice, logged with the version; the applied one stays at 1.
+    # trains up to the gate's held-out hour: its windows end in the hour before the newest data less the longest
+    # horizon (60 min), their targets known. Each quantile's factor is fitted on that held-out hour as advice,
+    # logged with the version; the applied one stays at 1.
     params = second_run.data.params
     gate_hour = FIRST + timedelta(hours=7) - timedelta(hours=EVAL_HOURS, minutes=60)
     assert params["training_data_end"] == gate_hour.isoformat()

@@ -3,6 +3,7 @@ rolling-origin backtest that updates the model between folds."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -118,6 +119,33 @@ def test_the_calibration_is_part_of_the_saved_model(tmp_path: Path) -> None:
     wrapped = model_module.with_calibration(plain)
     assert model_module.calibration_of(wrapped).tolist() == np.zeros(factors.shape).tolist()
     np.testing.assert_allclose(model_module.predict(wrapped, inputs), raw, rtol=1e-5, atol=1e-7)
+
+
+def test_the_advice_is_the_fit_of_the_model_as_trained_and_leaves_its_factors_alone(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from slicewise.forecasting import model as model_module
+    from slicewise.forecasting.backtest import panel_from_long
+    from slicewise.forecasting.training import calibrate, calibration_advice
+    from tests.support.forecasting import synthetic_csv, tiny_spec
+
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=4, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    spec = dataclasses.replace(tiny_spec(), min_observed_steps=4)  # of its 8-step windows
+    model = model_module.build_model(spec)
+    champions = np.full((len(spec.horizons_minutes), len(spec.quantiles)), 0.3)
+    model_module.set_calibration(model, champions)
+    first, end = panel.load.shape[1] // 2, panel.load.shape[1]
+
+    advice = calibration_advice(model, panel, spec, first, end)
+
+    np.testing.assert_allclose(model_module.calibration_of(model), champions, rtol=1e-6)  # left alone
+    # The same fit as a calibration of the model as trained would make on those windows, with the full gain.
+    full = dataclasses.replace(spec, calibration_gain=1.0)
+    _, fitted = calibrate(model, panel, full, first, end)
+    assert np.abs(advice).max() > 0
+    np.testing.assert_allclose(advice, fitted, rtol=1e-6)
+    assert calibration_advice(model, panel, spec, end, end).tolist() == np.zeros_like(champions).tolist()
 
 
 def test_a_rolling_origin_backtest_updates_and_recalibrates_before_each_fold(tmp_path: Path) -> None:

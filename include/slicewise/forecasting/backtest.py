@@ -156,8 +156,9 @@ def run_backtest(
     from the panel before :func:`~slicewise.forecasting.training.training_end`, as production's update: where
     the spec fits a calibration or an expert mix (or ``expert_rules`` are given), before the cut less the
     calibration hour and the horizon, and the calibration (:func:`~slicewise.forecasting.training.calibrate`)
-    is fitted on the windows of that hour; else up to the cut itself (targets known before it), with no
-    calibration fitted. Held-out windows end at or after the cut (stride 1). The model is ``build_model`` of
+    is fitted on the windows of that hour; else up to the cut itself (targets known before it), and a fold's
+    ``calibration_fit`` is identity (production fits that advice on its held-out gate hour, which a fold has
+    not). Held-out windows end at or after the cut (stride 1). The model is ``build_model`` of
     ``spec`` narrowed to ``horizon_minutes`` and the panel's step, trained with
     :func:`~slicewise.forecasting.training.train` (the newest windows plus a replay of older ones, within
     ``time_budget_s``, default the spec's).
@@ -272,8 +273,9 @@ def _fold(
     references: Mapping[str, Reference] | None = None,
 ) -> tuple[dict[str, Any], _Live]:
     """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
-    it on the hour after, score it on the windows ending in ``[cut, end)``; with ``expert_rules``, also the
-    combinations fitted on ``live`` (the forecasts of earlier folds), returned with this fold's added."""
+    it on the windows between ``train_end`` and the cut (none when it trained up to the cut), score it on the
+    windows ending in ``[cut, end)``; with ``expert_rules``, also the combinations fitted on ``live`` (the
+    forecasts of earlier folds), returned with this fold's added."""
     from slicewise.forecasting.evaluation import evaluate
     from slicewise.forecasting.model import calibration_of, has_expert_mix, predict, set_calibration
     from slicewise.forecasting.training import calibrate, mix_experts, train

@@ -159,6 +159,7 @@ def hourly_update(
     )
     from slicewise.forecasting.training import (
         calibrate,
+        calibration_advice,
         fits_on_the_hour_after_training,
         mix_experts,
         training_end,
@@ -214,8 +215,9 @@ def hourly_update(
         fitted_on = "the hour after training"
     elif not fits_on_the_hour_after_training(spec):
         # Trained up to the gate's hour, nothing to apply (calibration_gain 0): the fit logged as advice is the
-        # one the gate's held-out hour asks for, and the model keeps the champion's factors.
-        factors, fitted = calibrate(model, calibrated_on, spec, eval_from, panel.load.shape[1], previous)
+        # one the gate's held-out hour asks for, and the model keeps its factors (the champion's, or none).
+        fitted = calibration_advice(model, calibrated_on, spec, eval_from, panel.load.shape[1])
+        factors = calibration_of(model)
         fitted_on = "the gate's held-out hour (advice only)"
     else:
         factors, fitted = identity, identity

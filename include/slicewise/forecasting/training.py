@@ -168,6 +168,27 @@ def calibrate(
     return factors, fitted
 
 
+def calibration_advice(
+    model: Any, panel: Panel, spec: ForecasterSpec, first_step: int, eval_end: int
+) -> np.ndarray:
+    """The calibration's fit, as advice only, on the windows ending in ``[first_step, eval_end)`` whose targets
+    lie before ``eval_end``: (horizons, quantiles) log-factors of the model as trained. The model's own factors
+    are left as they were, so windows the fit saw cannot reach its forecasts."""
+    from slicewise.forecasting.calibration import fit_log_factors
+    from slicewise.forecasting.model import calibration_of, identity_calibration, predict, set_calibration
+
+    kept = calibration_of(model)
+    identity = identity_calibration(model)
+    windows = make_windows(panel.head(eval_end), spec, stride=1, first_step=first_step)
+    if not len(windows.inputs):
+        return identity
+    set_calibration(model, identity)
+    try:
+        return fit_log_factors(predict(model, windows.inputs), windows.targets, spec.quantiles)
+    finally:
+        set_calibration(model, kept)
+
+
 def mix_experts(model: Any, panel: Panel, spec: ForecasterSpec, train_end: int, eval_from: int) -> np.ndarray:
     """Fit the weights of the model's expert mix (:class:`slicewise.forecasting.model.ExpertMix`) and write them
     into the model: per horizon and quantile, Hedge with the spec's ``expert_eta``

@@ -42,6 +42,8 @@ def scale_down(plan: FleetPlan) -> str:
 
 
 def moves(plan: FleetPlan) -> str:
+    if not plan.moves:
+        return "evict no pod (the plan moves none)"
     return f"evict {len(plan.moves)} fractional pods from whole GPUs: " + _shown(
         [move.describe() for move in plan.moves]
     )

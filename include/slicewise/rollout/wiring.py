@@ -68,7 +68,9 @@ def rollouts(
         shares=parse_shares(settings.rollout_wave_shares),
         max_in_flight=settings.rollout_max_in_flight,
         lock_ttl_s=settings.rollout_lock_ttl_s,
-        takeover_prefix=f"{DAG_ID}/",
+        # Only the DAG's runs take over a lock its runs left: they run one at a time, so its holder has ended. A
+        # person's command never does: a DAG run holding the lock may be alive.
+        takeover_prefix=f"{DAG_ID}/" if holder_id is None else "",
         node_groups=groups_to_rank(settings),
         autoscaler_namespace=settings.autoscaler_namespace,
     )

@@ -2,7 +2,7 @@
 cluster (the autoscaler's ranking, standby taints, cordon, eviction, label, annotation, uncordon) and run again,
 and every node ends fully changed or fully restored, uncordoned, with the resources its labels promise, each
 standby taint on exactly the nodes of its list in the plan and the ranking written once; no pod leaves but through
-an eviction; and every write made outside the waves is told in the ledger's marks."""
+an eviction; and every ranking, standby taint and hold written outside the waves is told in the ledger's marks."""
 
 from __future__ import annotations
 
@@ -252,8 +252,9 @@ TOLD_AS = {
 
 
 def _assert_told(harness: Harness, used: list[Dying]) -> None:
-    """Every write made outside the waves is in the ledger's marks: told by the step that made it, or, when the
-    process died inside the step, by the mark the next run left of what the step was to do; no step stays open."""
+    """Every ranking, standby taint and hold written outside the waves is in the ledger's marks: told by the step
+    that wrote it, or, when the process died inside the step, by the mark the next run left of what the step
+    was to do, which names the node (or the ConfigMap); no step stays open."""
     assert harness.ledger.open_steps() == []
     marks = harness.ledger.recent_marks(limit=1000)
     for kind, target in (entry for wrapper in used for entry in wrapper.log if entry[0] in TOLD_AS):
@@ -261,7 +262,10 @@ def _assert_told(harness: Harness, used: list[Dying]) -> None:
         named = (PRIORITY_EXPANDER_CONFIG_MAP,) if kind == "configmap" else (node, f"{key}:")
         assert any(
             m.kind == TOLD_AS[kind]
-            and (all(n in m.message for n in named) or m.message.startswith("ended inside this step"))
+            and (
+                all(n in m.message for n in named)
+                or (m.message.startswith("ended inside this step") and named[0] in m.message)
+            )
             for m in marks
         ), (kind, target, [(m.kind, m.message) for m in marks])
 

@@ -1,0 +1,43 @@
+"""The rollout contexts the DAG and ``slicewise rollout`` build: a DAG run takes over a lock an earlier run of the
+DAG left (they run one at a time); a person's command never takes over a lock, since the run holding it may be
+alive and mid-step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slicewise.planning.types import FleetPlan
+from slicewise.rollout import engine, wiring
+from slicewise.settings import load_settings
+
+NOTHING = FleetPlan("packing", "model", True, 60, ())
+
+
+def test_a_persons_command_never_takes_over_the_lock_a_dag_run_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_HOME", str(tmp_path))
+    settings = load_settings()
+    first = wiring.rollouts(settings, "manual__1")
+    by_hand = wiring.rollouts(settings, "", holder_id="slicewise-cli/fix")
+    later = wiring.rollouts(settings, "manual__2")
+    try:
+        assert (first.run_id, first.takeover_prefix) == (
+            "gpu_partition_rollout/manual__1",
+            "gpu_partition_rollout/",
+        )
+        assert (by_hand.run_id, by_hand.takeover_prefix) == ("slicewise-cli/fix", "")
+        assert first.ledger.acquire_lock(first.cluster, first.run_id, 3600, first.clock.now())
+
+        with pytest.raises(engine.RolloutBusy, match="locked by gpu_partition_rollout/manual__1"):
+            engine.start(by_hand, NOTHING, "plan.json")
+        assert first.ledger.lock_holder(first.cluster, first.clock.now()) == first.run_id
+
+        # The DAG's next run does take it over: the DAG runs one at a time, so the first run has ended.
+        assert engine.start(later, NOTHING, "plan.json")["action"] == "nothing to change"
+        assert later.ledger.lock_holder(later.cluster, later.clock.now()) is None  # released when done
+    finally:
+        for ctx in (first, by_hand, later):
+            ctx.ledger.close()
