@@ -176,11 +176,10 @@ def _step(ctx: Rollouts, kind: MarkKind, intent: str, told: list[tuple[str, str]
             f"failed inside this step ({type(exc).__name__}: {exc}); it was to {intent}. "
             "What it changed before failing is not told; the next plan reads the cluster as it is"
         )
+        # The ledger down too: the step stays open for the next run, and the step's own error is raised.
         try:
             ctx.ledger.end_step(step, lines, ctx.clock.now())
-        except (
-            Exception
-        ):  # the ledger down too: the step stays open for the next run, the step's error is raised
+        except Exception:
             log.exception("could not close the %s step in the ledger", kind)
         raise
     ctx.ledger.end_step(step, lines, ctx.clock.now())

@@ -160,3 +160,30 @@ def test_a_later_step_that_fails_leaves_the_earlier_steps_marks(
     assert "failed inside this step (ClusterError: the API server went away)" in failed[1]
     assert f"it was to hold (cordon until their pods end) {NODE}," in failed[1]
     assert not harness.ledger.open_steps()
+
+
+def test_a_step_whose_failure_the_ledger_cannot_record_raises_its_own_error_and_stays_open(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def outage(*_: object) -> Holds:
+        raise ClusterError("the API server went away")
+
+    closes = harness.ledger.end_step
+
+    def ledger_down_at_holds(step: ledger_mod.OpenStep, lines: list[str], now: datetime) -> None:
+        if step.kind == ledger_mod.MarkKind.HOLDS:
+            raise RuntimeError("the ledger's database went away too")
+        closes(step, lines, now)
+
+    monkeypatch.setattr(engine, "settle_holds", outage)
+    monkeypatch.setattr(harness.ledger, "end_step", ledger_down_at_holds)
+    with pytest.raises(ClusterError, match="went away"):  # the step's own error, not the ledger's
+        engine.start(harness.rollouts(run_id="gpu_partition_rollout/run-1"), _plan(DRAIN), "plan.json")
+    monkeypatch.undo()
+
+    # The holds step stays open; the next run tells of it as the first run's.
+    assert [s.kind for s in harness.ledger.open_steps()] == [ledger_mod.MarkKind.HOLDS]
+    engine.start(harness.rollouts(run_id="gpu_partition_rollout/run-2"), _plan(DRAIN), "plan.json")
+    assert harness.ledger.open_steps() == []
+    (told,) = harness.ledger.recent_marks(run_id="gpu_partition_rollout/run-1")
+    assert told.kind == ledger_mod.MarkKind.HOLDS and told.message.startswith("ended inside this step")
