@@ -1,7 +1,7 @@
 """Benchmark: the LSTM forecaster against the baselines on two public GPU traces, by rolling-origin evaluation.
 
     .venv/bin/python benchmarks/forecast_accuracy.py [--horizons 15 60] [--seeds 0 1 2] [--folds 4]
-        [--first-fraction 0.5] [--epochs 8] [--philly-days 3] [--only genai|philly]
+        [--first-fraction 0.5] [--epochs 8] [--replay-ratio R] [--philly-days 3] [--only genai|philly]
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
         [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
         [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2]
@@ -258,6 +258,12 @@ def main() -> None:
     )
     parser.add_argument("--epochs", type=int, default=8, help="most epochs per update (default 8)")
     parser.add_argument(
+        "--replay-ratio",
+        type=float,
+        default=None,
+        help="older windows replayed per new window in each update (default: the shipped spec's)",
+    )
+    parser.add_argument(
         "--members", type=int, default=None, help="ensemble members (default: the shipped spec's)"
     )
     parser.add_argument(
@@ -372,7 +378,11 @@ def main() -> None:
     # One fresh model per run has no earlier updates to build on, so it gets more epochs than one hourly update.
     spec = dataclasses.replace(
         shipped,
-        training=dataclasses.replace(shipped.training, epochs_per_update=args.epochs),
+        training=dataclasses.replace(
+            shipped.training,
+            epochs_per_update=args.epochs,
+            replay_ratio=shipped.training.replay_ratio if args.replay_ratio is None else args.replay_ratio,
+        ),
         calibration_gain=shipped.calibration_gain if args.calibration_gain is None else args.calibration_gain,
         calibration_hours=(
             shipped.calibration_hours if args.calibration_hours is None else args.calibration_hours
