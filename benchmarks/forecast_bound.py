@@ -31,6 +31,7 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,11 @@ def cross_fitted(
         here = of_window == g
         if not here.any():
             continue
-        others = ~here
-        train = Windows(
-            *(
-                np.concatenate([getattr(fold, f)[others], *([getattr(past, f)] if past is not None else [])])
-                for f in ("inputs", "targets", "series", "step")
+        train = fold.subset(~here)
+        if past is not None:
+            train = Windows(
+                *(np.concatenate([getattr(train, f.name), getattr(past, f.name)]) for f in fields(Windows))
             )
-        )
         out[here] = fit(train, spec)(fold.inputs[here])
     return out
 
@@ -111,8 +110,7 @@ def fold_rows(trace: str, panel: Any, spec: Any, args: argparse.Namespace) -> li
     for cut, end in itertools.pairwise(cuts):
         began = time.perf_counter()
         windows = held_out_windows(panel, spec, cut)
-        keep = np.flatnonzero(windows.step < end)
-        fold = type(windows)(*(getattr(windows, f)[keep] for f in ("inputs", "targets", "series", "step")))
+        fold = windows.subset(np.flatnonzero(windows.step < end))
         past = make_windows(panel.head(cut), spec, stride=stride)  # targets known before the cut
         if not len(fold.targets) or not len(past.targets):
             continue

@@ -306,7 +306,7 @@ def _fold(
         return predictor
 
     windows = held_out_windows(panel, spec, cut)
-    windows = _subset(windows, np.flatnonzero(windows.step < end))
+    windows = windows.subset(np.flatnonzero(windows.step < end))
     predictors = {
         LSTM_UNCALIBRATED: with_factors(identity),
         LSTM: with_factors(factors, keep=bool(expert_rules)),
@@ -456,11 +456,7 @@ def _new_and_replay(windows: Windows, spec: ForecasterSpec) -> tuple[Windows, Wi
     if len(windows.inputs) <= n_new:
         return windows, None
     order = np.argsort(windows.step, kind="stable")[::-1]
-    return _subset(windows, order[:n_new]), _subset(windows, order[n_new:])
-
-
-def _subset(windows: Windows, index: np.ndarray) -> Windows:
-    return Windows(windows.inputs[index], windows.targets[index], windows.series[index], windows.step[index])
+    return windows.subset(order[:n_new]), windows.subset(order[n_new:])
 
 
 def _seconds(column: pd.Series, name: str) -> np.ndarray:

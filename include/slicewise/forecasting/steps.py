@@ -229,7 +229,7 @@ def hourly_update(
         np.round(fitted, 3).tolist(),
     )
     mixture = (
-        mix_experts(model, subsample(panel, EVAL_SERIES, seed + 2), spec, train_end, eval_from)
+        mix_experts(model, calibrated_on, spec, train_end, eval_from)
         if has_expert_mix(model) and (train_end < eval_from or not spec.expert_mix)
         else None
     )

@@ -130,6 +130,10 @@ class Windows:
     series: np.ndarray  # (n,) row of the panel
     step: np.ndarray  # (n,) step index t the window ends at
 
+    def subset(self, index: np.ndarray) -> Windows:
+        """The windows at ``index`` (positions or a boolean mask), in that order."""
+        return Windows(self.inputs[index], self.targets[index], self.series[index], self.step[index])
+
 
 def make_windows(
     panel: Panel, spec: ForecasterSpec, *, stride: int = 1, first_step: int = 0, require_targets: bool = True

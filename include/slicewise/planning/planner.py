@@ -42,6 +42,7 @@ from slicewise.planning.types import (
     NodeObservation,
     NodePlan,
     Pin,
+    shown_names,
 )
 
 WITHOUT_MIG = "GPUs without MIG, and planner_gpus_without_mig=false: left alone"
@@ -141,7 +142,7 @@ def plan_fleet(
         )
         notes.append(
             f"kept from the autoscaler (nodes with MIG that host pods{mps}, marked "
-            f"cluster-autoscaler.kubernetes.io/scale-down-disabled): {_shown(list(kept))}"
+            f"cluster-autoscaler.kubernetes.io/scale-down-disabled): {shown_names(list(kept))}"
         )
     return FleetPlan(
         policy=config.policy,
@@ -182,7 +183,7 @@ def _pinned_note(kept: Pinned, kind_share: float) -> str:
         + ", or that ".join(which)
         + "; those without MIG or MPS carry one standby taint more than the largest size, in use or not, and "
         "cluster-autoscaler's priority expander should rank their node groups below the others"
-        + (f": {_shown(list(kept.nodes))}" if kept.nodes else "")
+        + (f": {shown_names(list(kept.nodes))}" if kept.nodes else "")
     )
 
 
@@ -200,7 +201,7 @@ def _releasable(planned: Sequence[Planned], plans: Sequence[NodePlan]) -> list[s
         return []
     return [
         f"releasable: {len(empty)} nodes hold no GPU pod after this plan (an autoscaler may remove them): "
-        + _shown(empty)
+        + shown_names(empty)
     ]
 
 
@@ -215,18 +216,14 @@ def _standby_note(grades: Sequence[Sequence[str]], pinned: bool = False) -> str:
     )
     return (
         f"standby: {len(first)} {which} get the taint {STANDBY_TAINTS[0]} (opened only "
-        f"when no node in use fits; apply mode writes the taints): {_shown(first)}"
+        f"when no node in use fits; apply mode writes the taints): {shown_names(first)}"
         + "".join(
             f"; the {len(names)} larger than the fleet's {('', 'second ', 'third ')[grade]}smallest also "
-            f"{STANDBY_TAINTS[grade + 1]}: {_shown(names)}"
+            f"{STANDBY_TAINTS[grade + 1]}: {shown_names(names)}"
             for grade, names in enumerate(larger)
         )
         + ("; the larger, the later opened" if larger else "")
     )
-
-
-def _shown(names: Sequence[str]) -> str:
-    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def demand_pool(forecasts: Forecasts, whole: str = "median") -> Pool:

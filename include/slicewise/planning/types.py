@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -12,6 +12,14 @@ KEEP, CHANGE, BLOCKED, DRAIN, SKIP = "keep", "change", "blocked", "cordon-to-dra
 #: A node Slicewise holds (planning.holds) whose change is no longer wanted: lift Slicewise's cordon.
 UNCORDON = "uncordon"
 ACTIONS = (CHANGE, DRAIN, UNCORDON, BLOCKED, KEEP, SKIP)
+#: Names a plan's text lists before "and N more": a fleet's lists can hold thousands of nodes.
+SHOWN_NAMES = 10
+
+
+def shown_names(names: Sequence[str]) -> str:
+    """The first :data:`SHOWN_NAMES` names, then how many more; "" for none."""
+    more = f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
+    return ", ".join(names[:SHOWN_NAMES]) + more
 
 
 @dataclass(frozen=True)

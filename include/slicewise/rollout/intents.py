@@ -12,10 +12,7 @@ from slicewise.cluster.base import (
     STANDBY_TAINTS,
 )
 from slicewise.planning.node_groups import NodeGroup
-from slicewise.planning.types import DRAIN, UNCORDON, FleetPlan
-
-#: Names shown per list; an intent is read by a person, and a fleet's standby list can hold thousands.
-SHOWN = 10
+from slicewise.planning.types import DRAIN, UNCORDON, FleetPlan, shown_names
 
 
 def node_groups(groups: Sequence[NodeGroup], namespace: str) -> str:
@@ -59,7 +56,4 @@ def holds(plan: FleetPlan) -> str:
 
 
 def _shown(names: Sequence[str]) -> str:
-    if not names:
-        return "no node"
-    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-    return ", ".join(names[:SHOWN]) + more
+    return shown_names(names) or "no node"
