@@ -72,6 +72,7 @@ class Settings:
     planner_horizon_minutes: int
     rollout_mode: str
     ledger_conn_id: str
+    ledger_retention_days: float
     rollout_wave_shares: str
     rollout_max_in_flight: int
     rollout_drain_deadline_s: float

@@ -477,6 +477,62 @@ def test_a_step_is_open_from_its_begin_to_its_end_and_one_left_open_becomes_a_ma
     assert [s.cluster for s in ledger.open_steps()] == [other]
 
 
+def _rows(db_url: str, table: str) -> int:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_prune_deletes_ended_history_before_the_cutoff_and_nothing_a_crash_needs(
+    ledger: Ledger, db_url: str
+) -> None:
+    other = L.cluster_key("simulated", "fleet-b")
+    old = start(ledger)  # ended long ago: goes, with its waves, nodes, measurements and events
+    ledger.record_snapshot(old.id, "gpu-0", {"labels": {MIG: "all-disabled"}}, T0)
+    ledger.add_measurement(old.id, 0, "gpu_util", "gpu-0", "Successful", 0.8, "", T0)
+    ledger.add_event(old.id, "cordoned gpu-0", T0, node="gpu-0", wave=0)
+    ledger.set_rollout_status(old.id, L.RolloutStatus.PROMOTED, "done", T0 + timedelta(minutes=30))
+    elsewhere = start(ledger, cluster=other)  # as old, on another cluster: stays
+    ledger.set_rollout_status(elsewhere.id, L.RolloutStatus.PROMOTED, "done", T0)
+    recent = start(ledger, at=T0 + timedelta(days=2))  # ended after the cutoff: stays
+    ledger.set_rollout_status(recent.id, L.RolloutStatus.ROLLING_BACK, "x", T0 + timedelta(days=2))
+    ledger.set_rollout_status(recent.id, L.RolloutStatus.ROLLED_BACK, "x", T0 + timedelta(days=2))
+    ledger.add_marks(CLUSTER, "run-1", [("standby", "tainted gpu-0"), ("holds", "held gpu-1")], T0)
+    ledger.add_marks(CLUSTER, "run-2", [("standby", "tainted gpu-2")], T0 + timedelta(days=2))
+    ledger.add_marks(other, "run-9", [("holds", "held gpu-7")], T0)
+    ledger.begin_step(CLUSTER, "run-1", "pod moves", "evict a/p", T0)  # a crash's step: never pruned
+    assert ledger.acquire_lock(CLUSTER, "run-3", 3600, T0)
+    assert _rows(db_url, "slicewise_measurements") == 1 and _rows(db_url, "slicewise_nodes") == 3 * 4
+
+    pruned = ledger.prune(CLUSTER, T0 + timedelta(days=1))
+
+    assert pruned == L.Pruned(rollouts=1, marks=2)
+    assert [r.id for r in ledger.recent_rollouts()] == [recent.id, elsewhere.id]
+    assert _rows(db_url, "slicewise_measurements") == 0
+    assert _rows(db_url, "slicewise_nodes") == 4 + 4 and _rows(db_url, "slicewise_waves") == 3 + 3
+    assert all(e.rollout_id != old.id for e in ledger.events(recent.id) + ledger.events(elsewhere.id))
+    assert _rows(db_url, "slicewise_events") == len(ledger.events(recent.id)) + len(
+        ledger.events(elsewhere.id)
+    )
+    assert [(m.cluster, m.message) for m in ledger.recent_marks()] == [
+        (CLUSTER, "tainted gpu-2"),
+        (other, "held gpu-7"),
+    ]
+    assert [s.intent for s in ledger.open_steps()] == ["evict a/p"]
+    assert ledger.lock_holder(CLUSTER, T0) == "run-3"
+
+    # An unfinished rollout is what a crash resumes from, however old: never pruned.
+    stuck = start(ledger, at=T0 + timedelta(days=3))
+    assert ledger.prune(CLUSTER, T0 + timedelta(days=30)) == L.Pruned(rollouts=1, marks=1)
+    assert ledger.unfinished_rollout(CLUSTER) == stuck
+    assert ledger.prune(CLUSTER, T0 + timedelta(days=30)) == L.Pruned(rollouts=0, marks=0)
+    with pytest.raises(LedgerError, match="naive"):
+        ledger.prune(CLUSTER, datetime(2025, 3, 1))
+
+
 # -- the one-rollout-per-cluster lock ----------------------------------------------------------------------
 
 

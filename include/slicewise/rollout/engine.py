@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from slicewise.catalog import Catalog
@@ -56,6 +56,7 @@ class Rollouts:
     takeover_prefix: str = ""  # lock holders with this prefix ended (same DAG, one run at a time)
     node_groups: tuple[NodeGroup, ...] = ()  # cluster-autoscaler's GPU node groups to rank (none: not ranked)
     autoscaler_namespace: str = "kube-system"  # where the priority expander's ConfigMap is
+    keep_history_s: float = 0.0  # ended rollouts and marks older than this are pruned at each start (0: kept)
 
     def procedure(self, rollout_id: int) -> Procedure:
         return Procedure(self.backend, self.ledger, rollout_id, self.catalog, self.timing, self.clock)
@@ -82,6 +83,14 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
             raise RolloutBusy(f"cluster {ctx.cluster}: could not take over the lock of {holder}")
     for mark in ctx.ledger.settle_abandoned_steps(ctx.cluster, ctx.run_id, now):
         log.warning("run %s, %s: %s", mark.run_id, mark.kind, mark.message)
+    if ctx.keep_history_s > 0:
+        pruned = ctx.ledger.prune(ctx.cluster, now - timedelta(seconds=ctx.keep_history_s))
+        log.info(
+            "ledger: %d ended rollouts and %d marks older than %.0f days pruned",
+            pruned.rollouts,
+            pruned.marks,
+            ctx.keep_history_s / 86400,
+        )
     unfinished = ctx.ledger.unfinished_rollout(ctx.cluster)
     if unfinished is not None and unfinished.run_id == ctx.run_id:
         ctx.event(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from slicewise.planning.node_groups import NodeGroup, parse_node_groups
 from slicewise.rollout.engine import Rollouts
 from slicewise.rollout.procedure import Clock, Timing
 from slicewise.rollout.waves import parse_shares
+from slicewise.settings import SettingsError
 
 if TYPE_CHECKING:
     from slicewise.settings import Settings
@@ -44,6 +46,18 @@ def groups_to_rank(settings: Settings) -> tuple[NodeGroup, ...]:
     return parse_node_groups(settings.autoscaler_node_groups) if settings.autoscaler_write_priorities else ()
 
 
+def ledger_history_s(settings: Settings) -> float:
+    """How long the ledger keeps ended rollouts and marks, in seconds (0: for ever), from
+    ``ledger_retention_days``; never shorter than ``planner_dwell_hours``, which the planner reads each node's last
+    change back over. SettingsError on a negative or non-finite value."""
+    days = settings.ledger_retention_days
+    if not (math.isfinite(days) and days >= 0):
+        raise SettingsError(
+            f"setting ledger_retention_days={days!r}: expected 0 (keep for ever) or more days"
+        )
+    return 0.0 if days == 0 else max(days * 86400, settings.planner_dwell_hours * 3600)
+
+
 def rollouts(
     settings: Settings, run_id: str, clock: Clock | None = None, *, holder_id: str | None = None
 ) -> Rollouts:
@@ -73,4 +87,5 @@ def rollouts(
         takeover_prefix=f"{DAG_ID}/" if holder_id is None else "",
         node_groups=groups_to_rank(settings),
         autoscaler_namespace=settings.autoscaler_namespace,
+        keep_history_s=ledger_history_s(settings),
     )

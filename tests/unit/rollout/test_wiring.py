@@ -4,13 +4,14 @@ alive and mid-step."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from slicewise.planning.types import FleetPlan
 from slicewise.rollout import engine, wiring
-from slicewise.settings import load_settings
+from slicewise.settings import SettingsError, load_settings
 
 NOTHING = FleetPlan("packing", "model", True, 60, ())
 
@@ -41,3 +42,30 @@ def test_a_persons_command_never_takes_over_the_lock_a_dag_run_holds(
     finally:
         for ctx in (first, by_hand, later):
             ctx.ledger.close()
+
+
+def test_each_start_prunes_the_history_older_than_the_retention_and_keeps_it_at_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_HOME", str(tmp_path))
+    for days, kept in ((90, ["last month"]), (0, ["last month", "last year"])):
+        settings = load_settings({"ledger_retention_days": days})
+        ctx = wiring.rollouts(settings, f"manual__{days}")
+        try:
+            now = ctx.clock.now()
+            for message, age in (("last year", timedelta(days=365)), ("last month", timedelta(days=30))):
+                ctx.ledger.add_marks(ctx.cluster, "older-run", [("standby", message)], now - age)
+            assert engine.start(ctx, NOTHING, "plan.json")["action"] == "nothing to change"
+            assert [m.message for m in ctx.ledger.recent_marks(ctx.cluster)] == kept
+            ctx.ledger.prune(ctx.cluster, now)  # a clean ledger for the next setting
+        finally:
+            ctx.ledger.close()
+
+
+def test_the_retention_never_undercuts_the_dwell_and_refuses_a_negative_value() -> None:
+    assert wiring.ledger_history_s(load_settings({"ledger_retention_days": 0})) == 0
+    assert wiring.ledger_history_s(load_settings({"ledger_retention_days": 2})) == 2 * 86400
+    dwell = load_settings({"ledger_retention_days": 0.01, "planner_dwell_hours": 6})
+    assert wiring.ledger_history_s(dwell) == 6 * 3600
+    with pytest.raises(SettingsError, match=r"ledger_retention_days=-1\.0"):
+        wiring.ledger_history_s(load_settings({"ledger_retention_days": -1}))

@@ -62,6 +62,7 @@ from slicewise.rollout.ledger.tables import (
     NodeStatus,
     OpenStep,
     OpenStepRow,
+    Pruned,
     Rollout,
     RolloutRow,
     RolloutStatus,
@@ -96,6 +97,7 @@ __all__ = [
     "NodeRecord",
     "NodeStatus",
     "OpenStep",
+    "Pruned",
     "Rollout",
     "RolloutStatus",
     "Wave",
@@ -583,6 +585,24 @@ class Ledger:
                 query = query.where(OpenStepRow.cluster == cluster)
             return [open_step_record(row) for row in session.scalars(query)]
 
+    def prune(self, cluster: str, before: datetime) -> Pruned:
+        """Delete what ``cluster``'s history holds from before ``before``, in one transaction: rollouts that ended
+        (a terminal status) and were last updated before it, with their waves, nodes, measurements and events,
+        and marks made before it. Never an unfinished rollout, an open step or a lock: those are what a crash
+        resumes or settles from. Returns how many rollouts and marks went."""
+        before = utc(before)
+        with self._write() as session:
+            # The database's ON DELETE CASCADE takes the waves, nodes, measurements and events.
+            rollouts = session.execute(
+                delete(RolloutRow).where(
+                    RolloutRow.cluster == cluster,
+                    RolloutRow.status.in_(TERMINAL),
+                    RolloutRow.updated_at < before,
+                )
+            )
+            marks = session.execute(delete(MarkRow).where(MarkRow.cluster == cluster, MarkRow.at < before))
+            return Pruned(rollouts=_deleted(rollouts), marks=_deleted(marks))
+
     def story(self, rollout_id: int) -> str:
         """A readable multi-line account of the rollout for task logs: waves, each node's labels before and
         after with its status, the measurements and the events."""
@@ -594,6 +614,10 @@ class Ledger:
             self.measurements(rollout_id),
             self.events(rollout_id),
         )
+
+
+def _deleted(result: Any) -> int:
+    return int(result.rowcount)
 
 
 def _check_kinds(kinds: Iterable[str]) -> None:

@@ -328,6 +328,14 @@ class OpenStep:
     intent: str
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """What :meth:`~slicewise.rollout.ledger.Ledger.prune` deleted."""
+
+    rollouts: int
+    marks: int
+
+
 def rollout_record(row: RolloutRow) -> Rollout:
     return Rollout(
         row.id, row.cluster, row.run_id, row.plan_path, row.status, row.reason, row.created_at, row.updated_at
