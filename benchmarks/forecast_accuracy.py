@@ -264,6 +264,12 @@ def main() -> None:
         help="older windows replayed per new window in each update (default: the shipped spec's)",
     )
     parser.add_argument(
+        "--refit-each-fold",
+        action="store_true",
+        help="a diagnostic: a fresh model trained on every window before each fold, instead of the incremental "
+        "update production makes (default: off)",
+    )
+    parser.add_argument(
         "--members", type=int, default=None, help="ensemble members (default: the shipped spec's)"
     )
     parser.add_argument(
@@ -425,6 +431,7 @@ def main() -> None:
                         folds=args.folds,
                         expert_rules=rules,
                         references=references,
+                        refit_each_fold=args.refit_each_fold,
                     )
                 except ValueError as exc:
                     print(f"\n{trace}, horizon {horizon} min: not scored: {exc}")

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from slicewise.cli import main
-from slicewise.forecasting.backtest import panel_from_long, run_backtest
+from slicewise.forecasting.backtest import backtest_spec, panel_from_long, run_backtest
 from slicewise.forecasting.baselines import BASELINES
 from slicewise.forecasting.spec import load_specs
 from tests.support.forecasting import T0, synthetic_csv, tiny_spec_file
@@ -146,6 +146,36 @@ def test_a_reference_model_is_fitted_before_each_fold_on_the_windows_the_model_t
         assert zero_scores["mae"] == pytest.approx(float(np.mean(np.abs(actual))))  # a forecast of 0
         assert zero_scores["under_provision_rate_p90"] == pytest.approx(float(np.mean(actual > 0)))
     assert len(fitted_on[0]) < len(fitted_on[1]) < len(fitted_on[2])
+
+
+def test_refit_each_fold_trains_a_fresh_model_on_every_window_before_each_fold(tmp_path: Path) -> None:
+    import yaml
+
+    from slicewise.forecasting.spec import parse_spec
+    from slicewise.forecasting.windows import make_windows
+
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    spec_path = tiny_spec_file(tmp_path / "spec.yaml")
+    spec = backtest_spec(parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path)), 15, 60)
+    stride = spec.training.window_stride
+
+    def windows_before(step: int) -> int:
+        return len(make_windows(panel.head(step), spec, stride=stride).inputs)
+
+    updated = run_backtest(panel, spec, 0.5, 15, folds=3)
+    refitted = run_backtest(panel, spec, 0.5, 15, folds=3, refit_each_fold=True)
+
+    # The incremental update trains on the windows since the last fold and a sample of older ones (a replay
+    # bounded by the spec's ratio and max_windows); the refit trains afresh on all of them.
+    cuts = [fold["cut"] for fold in refitted["folds"]]
+    assert [f["train_windows"] for f in refitted["folds"]] == [windows_before(cut) for cut in cuts]
+    assert [f["cut"] for f in updated["folds"]] == cuts
+    assert updated["folds"][0]["train_windows"] == refitted["folds"][0]["train_windows"]
+    for index in (1, 2):
+        new = windows_before(cuts[index]) - windows_before(cuts[index - 1])
+        assert new < updated["folds"][index]["fitted_windows"] < windows_before(cuts[index])
+        assert refitted["folds"][index]["fitted_windows"] == windows_before(cuts[index])
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------------

@@ -146,6 +146,7 @@ def run_backtest(
     folds: int = 1,
     expert_rules: Sequence[ExpertRule] = (),
     references: Mapping[str, Reference] | None = None,
+    refit_each_fold: bool = False,
 ) -> dict[str, Any]:
     """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest —
     or, with ``folds`` > 1, roll the origin forward: the rest is cut into ``folds`` equal spans, and before
@@ -183,6 +184,10 @@ def run_backtest(
     Each of ``references`` adds a model under its name, fitted afresh before each fold on every window before
     the model's training end (expanding window, ``spec.training.window_stride``) and scored as the
     LSTM is: a yardstick for what the inputs allow, not a forecaster Slicewise ships.
+
+    ``refit_each_fold``: a diagnostic, not production's update: before every fold a fresh model (seeded with
+    ``seed`` plus the fold's index) is trained as the first fold's is, on every window up to the fold's training
+    end, instead of the previous fold's model being updated on the windows since.
 
     Raises ``ValueError`` for a fraction outside (0, 1), a non-positive horizon, a step the baselines cannot
     use (one that does not divide an hour), fewer than one fold, or a panel too short to give both training
@@ -225,6 +230,9 @@ def run_backtest(
     for index in range(folds):
         cut, end = cuts[index], cuts[index + 1]
         train_end = _train_end(spec, cut, panel.step_s, expert_rules)
+        if refit_each_fold and index:
+            keras.utils.set_random_seed(seed + index)
+            model, trained_to = build_model(spec), 0
         fold, live = _fold(
             panel,
             spec,
