@@ -180,14 +180,13 @@ def _resume(settings: Any, args: argparse.Namespace) -> int:
 
 
 def _abort(settings: Any, args: argparse.Namespace) -> int:
-    from slicewise.rollout.engine import RolloutBusy
+    from slicewise.rollout.engine import busy
     from slicewise.rollout.ledger import RolloutStatus
 
     ctx, found = _acting_as(settings, args.rollout)
     now = ctx.clock.now()
     if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
-        holder = ctx.ledger.lock_holder(ctx.cluster, now)
-        raise RolloutBusy(f"cluster {ctx.cluster} is locked by {holder}: stop that run first")
+        raise busy(ctx, now, "stop that run first")
     if found.status != RolloutStatus.ROLLING_BACK:
         ctx.ledger.set_rollout_status(
             found.id, RolloutStatus.ROLLING_BACK, "aborted by an operator (slicewise rollout abort)", now

@@ -39,6 +39,19 @@ class RolloutBusy(RuntimeError):
     """Another run holds the cluster's rollout lock."""
 
 
+def busy(ctx: Rollouts, now: datetime, advice: str) -> RolloutBusy:
+    """The error for a lock another run holds: who, and until when, unless it is released sooner or refreshed
+    (its holder refreshes it at every step)."""
+    held = ctx.ledger.lock(ctx.cluster, now)
+    if held is None:  # released or expired since: say so, the caller may simply try again
+        return RolloutBusy(f"cluster {ctx.cluster} was locked by another run a moment ago; try again")
+    holder, expires = held
+    return RolloutBusy(
+        f"cluster {ctx.cluster} is locked by {holder} until {expires.isoformat(timespec='seconds')} "
+        f"(rollout_lock_ttl_s after its last step, unless it ends sooner): {advice}"
+    )
+
+
 @dataclass(frozen=True)
 class Rollouts:
     """Everything a rollout step needs; built by the DAG task from settings and connections."""
@@ -76,7 +89,7 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):
         holder = ctx.ledger.lock_holder(ctx.cluster, now) or ""
         if not (ctx.takeover_prefix and holder.startswith(ctx.takeover_prefix)):
-            raise RolloutBusy(f"cluster {ctx.cluster} is locked by {holder}: one rollout at a time")
+            raise busy(ctx, now, "one rollout at a time")
         # A run of this same DAG, which runs one at a time: the holder has ended without releasing it.
         ctx.ledger.release_lock(ctx.cluster, holder)
         if not ctx.ledger.acquire_lock(ctx.cluster, ctx.run_id, ctx.lock_ttl_s, now):

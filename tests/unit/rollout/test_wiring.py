@@ -30,10 +30,14 @@ def test_a_persons_command_never_takes_over_the_lock_a_dag_run_holds(
             "gpu_partition_rollout/",
         )
         assert (by_hand.run_id, by_hand.takeover_prefix) == ("slicewise-cli/fix", "")
-        assert first.ledger.acquire_lock(first.cluster, first.run_id, 3600, first.clock.now())
+        taken_at = first.clock.now()
+        assert first.ledger.acquire_lock(first.cluster, first.run_id, 3600, taken_at)
 
-        with pytest.raises(engine.RolloutBusy, match="locked by gpu_partition_rollout/manual__1"):
+        expires = (taken_at + timedelta(hours=1)).isoformat(timespec="seconds")
+        with pytest.raises(engine.RolloutBusy, match="locked by gpu_partition_rollout/manual__1") as refused:
             engine.start(by_hand, NOTHING, "plan.json")
+        assert f"until {expires}" in str(refused.value)  # when a person may try again
+        assert str(refused.value).endswith("one rollout at a time")
         assert first.ledger.lock_holder(first.cluster, first.clock.now()) == first.run_id
 
         # The DAG's next run does take it over: the DAG runs one at a time, so the first run has ended.
@@ -69,3 +73,18 @@ def test_the_retention_never_undercuts_the_dwell_and_refuses_a_negative_value() 
     assert wiring.ledger_history_s(dwell) == 6 * 3600
     with pytest.raises(SettingsError, match=r"ledger_retention_days=-1\.0"):
         wiring.ledger_history_s(load_settings({"ledger_retention_days": -1}))
+
+
+def test_a_lock_released_before_it_is_told_says_to_try_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLICEWISE_HOME", str(tmp_path))
+    ctx = wiring.rollouts(load_settings(), "manual__1")
+    try:
+        now = ctx.clock.now()
+        assert ctx.ledger.acquire_lock(ctx.cluster, "someone", 60, now)
+        assert "locked by someone until" in str(engine.busy(ctx, now, "stop that run first"))
+        ctx.ledger.release_lock(ctx.cluster, "someone")
+        assert "a moment ago; try again" in str(engine.busy(ctx, now, "stop that run first"))
+    finally:
+        ctx.ledger.close()

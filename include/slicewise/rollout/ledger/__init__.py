@@ -200,10 +200,16 @@ class Ledger:
 
     def lock_holder(self, cluster: str, now: datetime) -> str | None:
         """Who holds the cluster's lock at ``now``; None when free or expired."""
+        held = self.lock(cluster, now)
+        return held[0] if held is not None else None
+
+    def lock(self, cluster: str, now: datetime) -> tuple[str, datetime] | None:
+        """The cluster's lock at ``now``: its holder and when it expires unless refreshed or released; None when
+        free or expired."""
         now = utc(now)
         with self._read() as session:
             row = session.get(LockRow, cluster)
-            return row.holder if row is not None and row.expires_at > now else None
+            return (row.holder, row.expires_at) if row is not None and row.expires_at > now else None
 
     # -- rollouts --------------------------------------------------------------------------------------
 
