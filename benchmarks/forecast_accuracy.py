@@ -280,6 +280,14 @@ def main() -> None:
         help="steps of the window each member reads, one per member (default: the shipped spec's)",
     )
     parser.add_argument(
+        "--extra-anchors",
+        nargs="+",
+        choices=["fleet_load", "window_max"],
+        default=None,
+        help="the spec's architecture.extra_anchors: simple forecasts the head may mix besides the last hour's "
+        "(default: the shipped spec's)",
+    )
+    parser.add_argument(
         "--calibration-gain",
         type=float,
         default=None,
@@ -408,6 +416,11 @@ def main() -> None:
                 shipped.architecture.member_window_steps
                 if args.member_window_steps is None
                 else tuple(args.member_window_steps)
+            ),
+            extra_anchors=(
+                shipped.architecture.extra_anchors
+                if args.extra_anchors is None
+                else tuple(args.extra_anchors)
             ),
         ),
     )

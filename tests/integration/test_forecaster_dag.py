@@ -146,50 +146,72 @@ def test_a_new_install_with_too_little_history_skips_with_the_reason(
     assert len(registry(mlflow_server).search_model_versions(f"name='{MODEL}'")) == before
 
 
-def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_windows(
-    mlflow_server: str,
-) -> None:
+def _quick(spec: Any, name: str, **architecture: Any) -> Any:
+    """``spec`` under its own registry entry (the tests above count versions), one epoch per update."""
     import dataclasses
 
-    import keras
+    return dataclasses.replace(
+        spec,
+        name=name,
+        architecture=dataclasses.replace(spec.architecture, **architecture),
+        training=dataclasses.replace(spec.training, epochs_per_update=1, time_budget_s=20),
+    )
+
+
+def _register_champion(mlflow_server: str, experiment: str, name: str, model: Any) -> str:
+    """Register ``model`` as ``name``'s champion; returns its version."""
     import numpy as np
 
     from slicewise.forecasting import registry as adapter
-    from slicewise.forecasting.spec import load_specs
-    from slicewise.forecasting.steps import hourly_update
-    from slicewise.forecasting.windows import FEATURES, Panel
 
-    shipped = load_specs()[0]
-    spec = dataclasses.replace(
-        shipped,
-        name="forecaster_with_an_older_champion",  # its own registry entry: the tests above count versions
-        training=dataclasses.replace(shipped.training, epochs_per_update=1, time_budget_s=20),
-    )
-    # A version from before a feature was added: it reads one feature fewer per step.
-    older = keras.Sequential(
-        [keras.Input((spec.window_steps, len(FEATURES) - 1)), keras.layers.LSTM(2), keras.layers.Dense(2)]
-    )
-    sample = np.zeros((1, spec.window_steps, len(FEATURES) - 1), "float32")
-    _, old_version = adapter.log_and_register(
+    sample = np.zeros((1, *model.input_shape[1:]), "float32")
+    _, version = adapter.log_and_register(
         mlflow_server,
-        "older-champion",
-        spec.name,
-        older,
+        experiment,
+        name,
+        model,
         params={},
         metrics={},
         tags={},
         spec_text="",
         plot=None,
         sample_inputs=sample,
-        sample_outputs=older.predict(sample, verbose=0),
+        sample_outputs=model.predict(sample, verbose=0),
     )
-    adapter.set_champion(mlflow_server, spec.name, old_version)
+    adapter.set_champion(mlflow_server, name, version)
+    return version
 
-    rng = np.random.default_rng(3)
-    steps = 5 * 60  # five hours of a minute grid
-    load = np.clip(rng.normal(0.4, 0.15, (6, steps)), 0, 1)
-    panel = Panel([("h", i, "") for i in range(6)], 1_764_410_400 + 60 * np.arange(steps), load, load / 2, 60)
-    result = hourly_update(spec, panel, tracking_uri=mlflow_server, experiment="older-champion", tags={})
+
+def _five_hours(seed: int) -> Any:
+    """Six GPUs, five hours of a minute grid, steady noisy load."""
+    import numpy as np
+
+    from slicewise.forecasting.windows import Panel
+
+    steps = 5 * 60
+    load = np.clip(np.random.default_rng(seed).normal(0.4, 0.15, (6, steps)), 0, 1)
+    return Panel([("h", i, "") for i in range(6)], 1_764_410_400 + 60 * np.arange(steps), load, load / 2, 60)
+
+
+def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_windows(
+    mlflow_server: str,
+) -> None:
+    import keras
+
+    from slicewise.forecasting import registry as adapter
+    from slicewise.forecasting.spec import load_specs
+    from slicewise.forecasting.steps import hourly_update
+    from slicewise.forecasting.windows import FEATURES
+
+    spec = _quick(load_specs()[0], "forecaster_with_an_older_champion")
+    # A version from before a feature was added: it reads one feature fewer per step.
+    older = keras.Sequential(
+        [keras.Input((spec.window_steps, len(FEATURES) - 1)), keras.layers.LSTM(2), keras.layers.Dense(2)]
+    )
+    old_version = _register_champion(mlflow_server, "older-champion", spec.name, older)
+    result = hourly_update(
+        spec, _five_hours(3), tracking_uri=mlflow_server, experiment="older-champion", tags={}
+    )
 
     run = registry(mlflow_server).get_run(result["run_id"])
     assert run.data.params["started_from"] == "scratch"
@@ -199,6 +221,33 @@ def test_a_champion_built_for_other_input_features_is_set_aside_not_fed_todays_w
     assert "champion" not in result["reason"].replace("no champion yet", "")
     expected = result["version"] if result["promoted"] else old_version
     assert adapter.champion_version(mlflow_server, spec.name) == expected
+
+
+def test_a_champion_whose_head_mixes_other_anchors_is_set_aside_and_the_new_version_has_the_specs(
+    mlflow_server: str,
+) -> None:
+    import mlflow.keras
+
+    from slicewise.forecasting.model import build_model, extra_anchors_of
+    from slicewise.forecasting.spec import load_specs
+    from slicewise.forecasting.steps import hourly_update
+
+    before = _quick(load_specs()[0], "forecaster_with_other_anchors", extra_anchors=())
+    spec = _quick(before, before.name, extra_anchors=("fleet_load",))
+    old_version = _register_champion(mlflow_server, "other-anchors", spec.name, build_model(before))
+    result = hourly_update(
+        spec, _five_hours(4), tracking_uri=mlflow_server, experiment="other-anchors", tags={}
+    )
+
+    run = registry(mlflow_server).get_run(result["run_id"])
+    assert (run.data.params["started_from"], run.data.params["champion_set_aside"]) == (
+        "scratch",
+        old_version,
+    )
+    assert run.data.params["extra_anchors"] == "fleet_load"
+    mlflow.set_tracking_uri(mlflow_server)
+    registered = mlflow.keras.load_model(f"models:/{spec.name}/{result['version']}")
+    assert extra_anchors_of(registered) == {("fleet_load",)}
 
 
 def test_an_update_with_the_expert_mix_fits_logs_and_registers_its_weights(

@@ -119,3 +119,88 @@ def test_a_model_built_for_fewer_features_is_recognised_as_reading_other_inputs(
         [keras.Input((8, len(FEATURES) - 1)), keras.layers.LSTM(2), keras.layers.Dense(1)]
     )
     assert not model_module.reads_current_features(older)
+
+
+def test_extra_anchors_read_the_fleets_load_and_the_whole_windows_peak() -> None:
+    window = np.zeros((1, 120, len(FEATURES)), dtype="float32")
+    window[0, :, FEATURES.index("observed")] = 1.0
+    window[0, 10, FEATURES.index("load")] = 0.9  # a peak more than an hour before the end
+    window[0, -1, FEATURES.index("load")] = 0.1
+    window[0, :, FEATURES.index("fleet_load")] = 0.3
+    window[0, -1, FEATURES.index("fleet_load")] = 0.4
+    plain = keras.ops.convert_to_numpy(model_module.WindowAnchors(60)(window))
+    extra = keras.ops.convert_to_numpy(model_module.WindowAnchors(60, ("fleet_load", "window_max"))(window))
+    np.testing.assert_allclose(extra[:, : len(model_module.ANCHORS)], plain)
+    assert plain[0, model_module.ANCHORS.index("hour_max")] == pytest.approx(0.1)
+    assert extra[0, len(model_module.ANCHORS) :] == pytest.approx([0.4, 0.9])
+    with pytest.raises(ValueError, match="unknown anchors"):
+        model_module.WindowAnchors(60, ("fleet_p90",))
+
+
+def test_a_quiet_gpu_gets_a_forecast_above_zero_only_from_the_fleets_load() -> None:
+    """A GPU idle for the whole window: every anchor of its own history is 0, so only the fleet's load can lift
+    its forecast, and the median still may not use the peaks."""
+    quiet = np.zeros((1, 8, len(FEATURES)), dtype="float32")
+    quiet[0, :, FEATURES.index("observed")] = 1.0
+    quiet[0, :, FEATURES.index("fleet_load")] = 0.5
+    plain = model_module.build_model(tiny_spec())
+    spec = tiny_spec()
+    spec = dataclasses.replace(
+        spec, architecture=dataclasses.replace(spec.architecture, extra_anchors=("fleet_load", "window_max"))
+    )
+    with_fleet = model_module.build_model(spec)
+    assert model_module.predict(plain, quiet).max() == 0.0
+    assert model_module.predict(with_fleet, quiet).min() > 0.0
+    head = next(layer for layer in with_fleet.layers if isinstance(layer, model_module.AnchoredQuantiles))
+    assert head.names[-2:] == ("fleet_load", "window_max")
+    assert head.mask[0, 0, 0, head.names.index("window_max")] < -1e8  # the median: never the peaks
+    assert head.mask[0, 0, 0, head.names.index("fleet_load")] == 0.0
+
+
+def test_a_saved_model_keeps_its_extra_anchors_and_one_saved_without_them_loads_with_none(
+    tmp_path: Path,
+) -> None:
+    spec = tiny_spec()
+    extra = dataclasses.replace(
+        spec, architecture=dataclasses.replace(spec.architecture, extra_anchors=("window_max",))
+    )
+    inputs = np.random.default_rng(2).random((16, 8, len(FEATURES))).astype("float32")
+    for built, anchors in ((spec, ()), (extra, ("window_max",))):
+        model = model_module.build_model(built)
+        path = tmp_path / f"{len(anchors)}.keras"
+        model.save(path)
+        loaded = keras.saving.load_model(path, safe_mode=True)
+        assert model_module.extra_anchors_of(loaded) == {anchors}
+        assert model_module.has_the_specs_head(loaded, built)
+        assert not model_module.has_the_specs_head(loaded, extra if not anchors else spec)
+        np.testing.assert_allclose(
+            model_module.predict(loaded, inputs), model_module.predict(model, inputs), rtol=1e-5
+        )
+    # A version registered before the key existed: its config names no extra anchors at all.
+    older = tmp_path / "older.keras"
+    _without_key(tmp_path / "0.keras", older, "extra")
+    loaded = keras.saving.load_model(older, safe_mode=True)
+    assert model_module.extra_anchors_of(loaded) == {()}
+    assert model_module.predict(loaded, inputs).shape == (16, 2, len(spec.quantiles))
+
+
+def _without_key(source: Path, target: Path, key: str) -> None:
+    """A copy of a saved .keras archive whose config.json has ``key`` removed from every layer's config."""
+    import json
+    import zipfile
+
+    def drop(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: drop(v) for k, v in node.items() if k != key}
+        if isinstance(node, list):
+            return [drop(v) for v in node]
+        return node
+
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                assert key in json.dumps(config)  # the copy differs from the archive
+                data = json.dumps(drop(config)).encode()
+            zout.writestr(item, data)

@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from slicewise import schema
-from slicewise.forecasting.spec import ForecasterSpec, SpecError, load_specs, parse_spec
+from slicewise.forecasting.spec import MODELS_DIR, ForecasterSpec, SpecError, load_specs, parse_spec
 from slicewise.forecasting.windows import (
     FEATURES,
     Panel,
@@ -173,3 +174,17 @@ def test_a_window_before_the_panel_starts_sees_the_fleet_as_at_its_first_step() 
     s = spec(window_steps=4, min_observed_steps=1, horizons_minutes=(1,))
     first = make_windows(panel, s, require_targets=False).inputs[0]
     np.testing.assert_allclose(first[:, FEATURES.index("fleet_load")], [0.4, 0.4, 0.4, 0.4], rtol=1e-6)
+
+
+def test_a_spec_may_add_each_known_anchor_once() -> None:
+    raw = yaml.safe_load((MODELS_DIR / "gpu_load_forecaster.yaml").read_text())
+    raw["architecture"].pop("extra_anchors", None)
+    assert parse_spec(raw).architecture.extra_anchors == ()  # optional: the last hour's anchors only
+    raw["architecture"]["extra_anchors"] = ["window_max", "fleet_load"]
+    assert parse_spec(raw).architecture.extra_anchors == ("window_max", "fleet_load")
+    for wrong in (["fleet_p90"], ["window_max", "window_max"]):
+        raw["architecture"]["extra_anchors"] = wrong
+        with pytest.raises(
+            SpecError, match="extra_anchors must name each of fleet_load, window_max at most once"
+        ):
+            parse_spec(raw)

@@ -21,6 +21,7 @@ import numpy as np
 from keras import layers, ops
 
 from slicewise.forecasting.experts import MIX_EXPERTS as EXPERTS
+from slicewise.forecasting.spec import EXTRA_ANCHORS
 from slicewise.forecasting.windows import FEATURES
 
 if TYPE_CHECKING:
@@ -119,9 +120,10 @@ class PinballLoss(keras.losses.Loss):
 #: Anchors :class:`WindowAnchors` derives from a window, in this order: the simple forecasts the head mixes.
 #: The simple forecasts :class:`WindowAnchors` reads off a window, in this order; the head mixes them.
 ANCHORS = ("last_value", "hour_mean", "hour_ewma", "hour_p90", "hour_max")
-#: Anchors a quantile at or below the median may not use: the hour's peak sets the upper quantiles only.
-UPPER_ONLY = ("hour_max",)
+#: Anchors a quantile at or below the median may not use: the peaks set the upper quantiles only.
+UPPER_ONLY = ("hour_max", "window_max")
 _LOAD, _OBSERVED = FEATURES.index("load"), FEATURES.index("observed")
+_FLEET = FEATURES.index("fleet_load")
 _HOUR_MEAN, _HOUR_P90 = FEATURES.index("hour_mean"), FEATURES.index("hour_p90")
 #: Features in load units, divided by the window's peak in :class:`ScaleFree`.
 _LOAD_VALUED = (_LOAD, _HOUR_MEAN, _HOUR_P90)
@@ -133,13 +135,15 @@ class WindowAnchors(layers.Layer):
 
     The newest observed load (0 if none), the last hour's mean and P90 (the window's own features: the
     ``mean_last_hour`` and ``p90_last_hour`` baselines), an EWMA of span one hour over the window's observed
-    steps (``ewma_last_hour`` up to the weight older than the window) and the last hour's peak. Reads only the
-    window, so no anchor looks past its end.
+    steps (``ewma_last_hour`` up to the weight older than the window) and the last hour's peak; then each of
+    ``extra`` (:data:`EXTRA_ANCHORS`), in its order. Reads only the window, so no anchor looks past its end. A
+    layer saved before ``extra`` existed loads with none.
     """
 
-    def __init__(self, hour_steps: int, **kwargs: Any) -> None:
+    def __init__(self, hour_steps: int, extra: tuple[str, ...] | list[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.hour_steps = int(hour_steps)
+        self.extra = _checked_extra(extra)
 
     def call(self, window: Any) -> Any:
         load, observed = window[..., _LOAD], window[..., _OBSERVED]
@@ -155,10 +159,23 @@ class WindowAnchors(layers.Layer):
         peak = ops.max(load * observed * in_hour, axis=-1, keepdims=True)
         newest_step = window[:, -1, :]
         mean, p90 = newest_step[:, _HOUR_MEAN : _HOUR_MEAN + 1], newest_step[:, _HOUR_P90 : _HOUR_P90 + 1]
-        return ops.concatenate([last, mean, ewma, p90, peak], axis=-1)
+        extra = {
+            "fleet_load": lambda: newest_step[:, _FLEET : _FLEET + 1],
+            "window_max": lambda: ops.max(load * observed, axis=-1, keepdims=True),
+        }
+        return ops.concatenate(
+            [last, mean, ewma, p90, peak, *(extra[name]() for name in self.extra)], axis=-1
+        )
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "hour_steps": self.hour_steps}
+        return {**super().get_config(), "hour_steps": self.hour_steps, "extra": list(self.extra)}
+
+
+def _checked_extra(extra: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    unknown = sorted(set(extra) - set(EXTRA_ANCHORS))
+    if unknown:
+        raise ValueError(f"unknown anchors {unknown}; known: {', '.join(EXTRA_ANCHORS)}")
+    return tuple(str(name) for name in extra)
 
 
 @keras.saving.register_keras_serializable(package="slicewise")
@@ -199,16 +216,24 @@ class AnchoredQuantiles(layers.Layer):
     for every input, trained or not.
     """
 
-    def __init__(self, horizons: int, levels: tuple[float, ...] | list[float], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        horizons: int,
+        levels: tuple[float, ...] | list[float],
+        extra: tuple[str, ...] | list[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.horizons, self.levels = int(horizons), tuple(float(q) for q in levels)
-        cells, n_anchors = self.horizons * len(self.levels), len(ANCHORS)
+        self.extra = _checked_extra(extra)
+        self.names = ANCHORS + self.extra
+        cells, n_anchors = self.horizons * len(self.levels), len(self.names)
         bias = np.zeros((self.horizons, len(self.levels), n_anchors), dtype="float32")
         self.mask = np.zeros((1, 1, len(self.levels), n_anchors), dtype="float32")
         for j, q in enumerate(self.levels):
-            bias[:, j, ANCHORS.index("hour_p90" if q > 0.5 else "hour_ewma")] = 3.0
+            bias[:, j, self.names.index("hour_p90" if q > 0.5 else "hour_ewma")] = 3.0
             if q <= 0.5:
-                self.mask[..., j, [ANCHORS.index(name) for name in UPPER_ONLY]] = -1e9
+                self.mask[..., j, [i for i, name in enumerate(self.names) if name in UPPER_ONLY]] = -1e9
         small = keras.initializers.RandomNormal(stddev=0.01)
         self.gate = layers.Dense(
             cells * n_anchors,
@@ -224,9 +249,9 @@ class AnchoredQuantiles(layers.Layer):
 
     def call(self, hidden: Any, anchors: Any) -> Any:
         shape = (-1, self.horizons, len(self.levels))
-        logits = ops.reshape(self.gate(hidden), (*shape, len(ANCHORS))) + ops.convert_to_tensor(self.mask)
+        logits = ops.reshape(self.gate(hidden), (*shape, len(self.names))) + ops.convert_to_tensor(self.mask)
         mixed = ops.sum(
-            ops.softmax(logits, axis=-1) * ops.reshape(anchors, (-1, 1, 1, len(ANCHORS))), axis=-1
+            ops.softmax(logits, axis=-1) * ops.reshape(anchors, (-1, 1, 1, len(self.names))), axis=-1
         )
         raw = mixed * ops.exp(2.0 * ops.tanh(ops.reshape(self.factor(hidden), shape)))
         out = [raw[..., 0]]
@@ -235,7 +260,12 @@ class AnchoredQuantiles(layers.Layer):
         return ops.stack(out, axis=-1)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "horizons": self.horizons, "levels": list(self.levels)}
+        return {
+            **super().get_config(),
+            "horizons": self.horizons,
+            "levels": list(self.levels),
+            "extra": list(self.extra),
+        }
 
 
 @keras.saving.register_keras_serializable(package="slicewise")
@@ -515,8 +545,28 @@ def _network(spec: ForecasterSpec, inputs: Any, lookback: int | None = None) -> 
     hidden = layers.Dropout(arch.dropout)(hidden)
     # ELU, not ReLU: small heads with dead ReLU units collapse to one forecast for every input.
     hidden = layers.Dense(arch.dense_units, activation="elu", name="dense")(hidden)
-    anchors = WindowAnchors(_hour_steps(spec), name="anchors")(inputs)
-    return AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, name="quantiles")(hidden, anchors)
+    extra = arch.extra_anchors
+    anchors = WindowAnchors(_hour_steps(spec), extra, name="anchors")(inputs)
+    return AnchoredQuantiles(len(spec.horizons_minutes), spec.quantiles, extra, name="quantiles")(
+        hidden, anchors
+    )
+
+
+def extra_anchors_of(model: keras.Model) -> set[tuple[str, ...]]:
+    """The extra anchors of every network in ``model`` (one set entry each distinct; empty for no network)."""
+    found: set[tuple[str, ...]] = set()
+    for layer in model.layers:
+        if isinstance(layer, AnchoredQuantiles):
+            found.add(layer.extra)
+        elif isinstance(layer, keras.Model):
+            found |= extra_anchors_of(layer)
+    return found
+
+
+def has_the_specs_head(model: keras.Model, spec: ForecasterSpec) -> bool:
+    """Whether every network in ``model`` mixes the anchors ``spec`` names: a version registered under other
+    ``architecture.extra_anchors`` keeps its own head if trained on, so an update sets it aside instead."""
+    return extra_anchors_of(model) == {spec.architecture.extra_anchors}
 
 
 def reads_current_features(model: keras.Model) -> bool:

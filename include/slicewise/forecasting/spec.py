@@ -28,6 +28,9 @@ class Architecture:
     #: Steps of the window each member reads, newest last (one per member; empty: every member the whole window).
     #: Members that look back over different spans disagree more than members that differ only by seed.
     member_window_steps: tuple[int, ...] = ()
+    #: Simple forecasts the head may mix besides those of the window's last hour (:data:`EXTRA_ANCHORS`, in this
+    #: order); key ``extra_anchors``, default none.
+    extra_anchors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ class ForecasterSpec:
 
 
 ARCHITECTURES = ("lstm", "lstm_attention")
+#: Anchors a spec may add to the head's (``architecture.extra_anchors``): the fleet's mean load at the window's
+#: end, which a quiet GPU's own history cannot give, and the peak of the whole window, not only of its last hour.
+EXTRA_ANCHORS = ("fleet_load", "window_max")
 
 
 def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
@@ -125,6 +131,11 @@ def parse_spec(raw: dict[str, Any], source: str = "<spec>") -> ForecasterSpec:
         problems.append("architecture.member_window_steps must name one number of steps per member")
     if not all(spec.min_observed_steps <= steps <= spec.window_steps for steps in window_steps):
         problems.append("architecture.member_window_steps must each be in min_observed_steps..window_steps")
+    extra = spec.architecture.extra_anchors
+    if not set(extra) <= set(EXTRA_ANCHORS) or len(set(extra)) != len(extra):
+        problems.append(
+            f"architecture.extra_anchors must name each of {', '.join(EXTRA_ANCHORS)} at most once"
+        )
     if not 0.0 <= spec.calibration_gain <= 1.0:
         problems.append("calibration_gain must lie in [0, 1]")
     if not 1 <= spec.calibration_hours <= 48:
@@ -150,7 +161,11 @@ def _flag(value: Any) -> bool:
 
 def _architecture(raw: dict[str, Any]) -> Architecture:
     return Architecture(
-        **{**raw, "member_window_steps": tuple(int(n) for n in raw.get("member_window_steps", ()))}
+        **{
+            **raw,
+            "member_window_steps": tuple(int(n) for n in raw.get("member_window_steps", ())),
+            "extra_anchors": tuple(str(name) for name in raw.get("extra_anchors", ())),
+        }
     )
 
 

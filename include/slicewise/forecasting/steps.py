@@ -151,7 +151,9 @@ def hourly_update(
     from slicewise.forecasting.model import (
         build_model,
         calibration_of,
+        extra_anchors_of,
         has_expert_mix,
+        has_the_specs_head,
         predict,
         reads_current_features,
         with_calibration,
@@ -178,6 +180,17 @@ def hourly_update(
             spec.name,
             champion.model.input_shape[-1],
             len(FEATURES),
+        )
+        champion = None
+    if champion is not None and not has_the_specs_head(champion.model, spec):
+        set_aside = champion.version
+        log.warning(
+            "champion v%s of %s mixes the extra anchors %s, the spec %s: training from scratch; the gate "
+            "compares the new version with the baselines only",
+            champion.version,
+            spec.name,
+            " / ".join(", ".join(found) or "none" for found in sorted(extra_anchors_of(champion.model))),
+            ", ".join(spec.architecture.extra_anchors) or "none",
         )
         champion = None
     model = with_calibration(_copy(champion.model, spec)) if champion is not None else build_model(spec)
@@ -264,6 +277,7 @@ def hourly_update(
             "lstm_units": spec.architecture.lstm_units,
             "members": spec.architecture.members,
             "member_window_steps": spec.architecture.member_window_steps or "whole window",
+            "extra_anchors": ", ".join(spec.architecture.extra_anchors) or "none",
             "expert_mix": spec.expert_mix,
             "expert_eta": spec.expert_eta if spec.expert_mix else "off",
             "expert_memory": spec.expert_memory if spec.expert_mix else "off",
