@@ -121,6 +121,17 @@ def test_a_model_built_for_fewer_features_is_recognised_as_reading_other_inputs(
     assert not model_module.reads_current_features(older)
 
 
+def test_a_model_without_an_anchored_head_counts_as_one_without_extra_anchors() -> None:
+    spec = tiny_spec()
+    older = keras.Sequential([keras.Input((8, len(FEATURES))), keras.layers.LSTM(2), keras.layers.Dense(2)])
+    assert model_module.extra_anchors_of(older) == set()
+    assert model_module.has_the_specs_head(older, spec)
+    extra = dataclasses.replace(
+        spec, architecture=dataclasses.replace(spec.architecture, extra_anchors=("fleet_load",))
+    )
+    assert not model_module.has_the_specs_head(older, extra)
+
+
 def test_extra_anchors_read_the_fleets_load_and_the_whole_windows_peak() -> None:
     window = np.zeros((1, 120, len(FEATURES)), dtype="float32")
     window[0, :, FEATURES.index("observed")] = 1.0

@@ -117,7 +117,6 @@ class PinballLoss(keras.losses.Loss):
         return {**super().get_config(), "quantiles": list(self.levels)}
 
 
-#: Anchors :class:`WindowAnchors` derives from a window, in this order: the simple forecasts the head mixes.
 #: The simple forecasts :class:`WindowAnchors` reads off a window, in this order; the head mixes them.
 ANCHORS = ("last_value", "hour_mean", "hour_ewma", "hour_p90", "hour_max")
 #: Anchors a quantile at or below the median may not use: the peaks set the upper quantiles only.
@@ -565,8 +564,9 @@ def extra_anchors_of(model: keras.Model) -> set[tuple[str, ...]]:
 
 def has_the_specs_head(model: keras.Model, spec: ForecasterSpec) -> bool:
     """Whether every network in ``model`` mixes the anchors ``spec`` names: a version registered under other
-    ``architecture.extra_anchors`` keeps its own head if trained on, so an update sets it aside instead."""
-    return extra_anchors_of(model) == {spec.architecture.extra_anchors}
+    ``architecture.extra_anchors`` keeps its own head if trained on, so an update sets it aside instead. A model
+    with no anchored head (the earlier head, still loadable) has none, as a spec without extra anchors."""
+    return (extra_anchors_of(model) or {()}) == {spec.architecture.extra_anchors}
 
 
 def reads_current_features(model: keras.Model) -> bool:

@@ -99,7 +99,7 @@ def start(ctx: Rollouts, plan: FleetPlan, plan_path: str) -> dict[str, Any]:
     if ctx.keep_history_s > 0:
         pruned = ctx.ledger.prune(ctx.cluster, now - timedelta(seconds=ctx.keep_history_s))
         log.info(
-            "ledger: %d ended rollouts and %d marks older than %.0f days pruned",
+            "ledger: %d ended rollouts and %d marks older than %g days pruned",
             pruned.rollouts,
             pruned.marks,
             ctx.keep_history_s / 86400,
