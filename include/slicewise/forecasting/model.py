@@ -562,6 +562,18 @@ def extra_anchors_of(model: keras.Model) -> set[tuple[str, ...]]:
     return found
 
 
+def why_not_trained_on(model: keras.Model, spec: ForecasterSpec) -> str | None:
+    """Why an update may not continue training ``model`` (a champion) under ``spec``, or None if it may: it
+    reads other input features than today's (:func:`reads_current_features`), or its head mixes other anchors
+    than the spec's (:func:`has_the_specs_head`)."""
+    if not reads_current_features(model):
+        return f"reads {model.input_shape[-1]} features per step, this code {len(FEATURES)}"
+    if not has_the_specs_head(model, spec):
+        found = " / ".join(", ".join(extra) or "none" for extra in sorted(extra_anchors_of(model)))
+        return f"mixes the extra anchors {found}, the spec {', '.join(spec.architecture.extra_anchors) or 'none'}"
+    return None
+
+
 def has_the_specs_head(model: keras.Model, spec: ForecasterSpec) -> bool:
     """Whether every network in ``model`` mixes the anchors ``spec`` names: a version registered under other
     ``architecture.extra_anchors`` keeps its own head if trained on, so an update sets it aside instead. A model

@@ -23,7 +23,6 @@ from slicewise.forecasting.promotion import CHAMPION, Decision, decide
 from slicewise.forecasting.spec import ForecasterSpec
 from slicewise.forecasting.training import TrainReport, train
 from slicewise.forecasting.windows import (
-    FEATURES,
     Panel,
     make_windows,
     panel_from_frame,
@@ -151,11 +150,9 @@ def hourly_update(
     from slicewise.forecasting.model import (
         build_model,
         calibration_of,
-        extra_anchors_of,
         has_expert_mix,
-        has_the_specs_head,
         predict,
-        reads_current_features,
+        why_not_trained_on,
         with_calibration,
         with_expert_mix,
     )
@@ -171,26 +168,15 @@ def hourly_update(
     eval_from = split_steps(panel, spec)
     champion = registry.load_champion(tracking_uri, spec.name)
     set_aside = None
-    if champion is not None and not reads_current_features(champion.model):
+    unfit = why_not_trained_on(champion.model, spec) if champion is not None else None
+    if champion is not None and unfit:
         set_aside = champion.version
         log.warning(
-            "champion v%s of %s reads %d features per step, this code %d: training from scratch; the gate "
-            "compares the new version with the baselines only",
+            "champion v%s of %s %s: training from scratch; the gate compares the new version with the "
+            "baselines only",
             champion.version,
             spec.name,
-            champion.model.input_shape[-1],
-            len(FEATURES),
-        )
-        champion = None
-    if champion is not None and not has_the_specs_head(champion.model, spec):
-        set_aside = champion.version
-        log.warning(
-            "champion v%s of %s mixes the extra anchors %s, the spec %s: training from scratch; the gate "
-            "compares the new version with the baselines only",
-            champion.version,
-            spec.name,
-            " / ".join(", ".join(found) or "none" for found in sorted(extra_anchors_of(champion.model))),
-            ", ".join(spec.architecture.extra_anchors) or "none",
+            unfit,
         )
         champion = None
     model = with_calibration(_copy(champion.model, spec)) if champion is not None else build_model(spec)
