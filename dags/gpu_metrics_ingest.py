@@ -10,6 +10,7 @@ Great Expectations, and publishes them as the `slicewise_metrics` Asset.
 | `pull_metrics` | reads `[data_interval_start, data_interval_end)` at `step_s` into a staging folder; Prometheus down or slow → retried, then fails having written nothing |
 | `validate_partition` | runs the GX suite; a bad hour is moved to `quarantine/date=…/hour=…/` with `report.txt`, `validation.json` and Data Docs, and this task fails with the summary in its log (no retry, no Asset event) |
 | `publish_partition` | moves the hour to `metrics/date=…/hour=…/` atomically and emits `slicewise_metrics` with row and series counts |
+| `prune_store` | removes hours, staging and plan folders older than `store_retention_days` before the newest published hour; returns what it removed |
 
 Each run owns exactly its data interval: re-running replaces the partition. Backfill with
 `airflow backfill create --dag-id gpu_metrics_ingest --from-date … --to-date …`.
@@ -122,10 +123,18 @@ def gpu_metrics_ingest() -> None:
         }
         return manifest
 
+    @task
+    @task_outcome()
+    def prune_store(params: Any = None) -> dict[str, Any]:
+        from slicewise.connections import task_settings
+        from slicewise.retention import prune_configured_store
+
+        return prune_configured_store(task_settings(params)).as_dict()
+
     # TaskFlow calls return XComArgs that resolve to the annotated values when the tasks run.
     staged: Any = pull_metrics()
     statistics: Any = validate_partition(staged)
-    publish_partition(staged, statistics)
+    publish_partition(staged, statistics) >> prune_store()
 
 
 gpu_metrics_ingest()

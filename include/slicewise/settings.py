@@ -25,6 +25,7 @@ class SettingsError(PermanentError, ValueError):
 @dataclass(frozen=True)
 class Settings:
     storage_root: str
+    store_retention_days: float
     prometheus_conn_id: str
     step_s: int
     series_per_shard: int

@@ -60,20 +60,71 @@ class PartitionPaths:
         return self.root / "_staging" / f"{self.interval_start:%Y%m%dT%H}-{uuid.uuid4().hex[:12]}"
 
 
-def published_hour_starts(root: ObjectStoragePath) -> list[datetime]:
-    """Start of every hour under ``root`` with a published (validated) metrics partition, oldest first."""
+def hour_folders(root: ObjectStoragePath, area: str) -> list[tuple[datetime, ObjectStoragePath]]:
+    """Every ``<area>/date=…/hour=…/`` folder under ``root`` (``metrics`` or ``quarantine``), published or not,
+    with its hour's start, oldest first; folders named otherwise are not Slicewise's and are left out."""
     from datetime import UTC
 
-    metrics = root / "metrics"
-    if not metrics.exists():
+    base = root / area
+    if not base.exists():
         return []
-    starts = []
-    for day in metrics.iterdir():
+    found = []
+    for day in base.iterdir():
+        if not day.is_dir():
+            continue
         for hour in day.iterdir():
-            if read_manifest(hour) is not None:
+            try:
                 stamp = datetime.strptime(f"{day.name}/{hour.name}", "date=%Y-%m-%d/hour=%H")
-                starts.append(stamp.replace(tzinfo=UTC))
-    return sorted(starts)
+            except ValueError:
+                continue
+            found.append((stamp.replace(tzinfo=UTC), hour))
+    return sorted(found, key=lambda item: item[0])
+
+
+def published_hour_starts(root: ObjectStoragePath) -> list[datetime]:
+    """Start of every hour under ``root`` with a published (validated) metrics partition, oldest first."""
+    return [start for start, folder in hour_folders(root, "metrics") if read_manifest(folder) is not None]
+
+
+def prune_hours(root: ObjectStoragePath, area: str, before: datetime) -> list[datetime]:
+    """Remove every hour folder of ``area`` whose hour ended at or before ``before``; returns their starts.
+
+    A published partition loses its manifest first, so a reader never sees it half removed, and a crash
+    between the two leaves a folder nobody reads, which the next call removes. Day folders left empty go too.
+    """
+    removed = []
+    for start, folder in hour_folders(root, area):
+        if start + timedelta(hours=1) > before:
+            break
+        manifest = folder / MANIFEST
+        if manifest.exists():
+            manifest.unlink()
+        remove(folder)
+        removed.append(start)
+        day = folder.parent
+        if not any(day.iterdir()):
+            remove(day)
+    return removed
+
+
+def prune_staging(root: ObjectStoragePath, before: datetime) -> int:
+    """Remove the staging folders of hours that began before ``before`` (left by attempts that crashed and were
+    never retried; a retry removes its own hour's); returns how many."""
+    from datetime import UTC
+
+    staging = root / "_staging"
+    if not staging.exists():
+        return 0
+    removed = 0
+    for folder in staging.iterdir():
+        try:
+            began = datetime.strptime(folder.name.split("-", 1)[0], "%Y%m%dT%H").replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        if began < before:
+            remove(folder)
+            removed += 1
+    return removed
 
 
 def latest_published_end(root: ObjectStoragePath) -> datetime | None:

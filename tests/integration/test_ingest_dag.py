@@ -77,6 +77,7 @@ def test_an_hour_is_pulled_validated_and_published_exactly_as_simulated(
         "pull_metrics": "success",
         "validate_partition": "success",
         "publish_partition": "success",
+        "prune_store": "success",
         "__run__": "success",
     }
 
@@ -114,7 +115,16 @@ def test_a_rerun_replaces_the_partition_without_duplicating_anything(
     connected: PrometheusWithHistory, storage: store.ObjectStoragePath
 ) -> None:
     start = hour(2)
+    # Hours older than store_retention_days (35) before the newest published one go once an hour is published.
+    expired = store.PartitionPaths(storage, start - timedelta(days=36))
+    published = expired.new_staging()
+    published.mkdir(parents=True)
+    store.publish(published, expired.published, {})
+    for folder in (expired.new_staging(), expired.quarantine):  # staging never retried, a quarantined hour
+        folder.mkdir(parents=True)
     assert run_hour(start)["__run__"] == "success"
+    assert store.published_hour_starts(storage) == [start]
+    assert store.hour_folders(storage, "quarantine") == [] and not any((storage / "_staging").iterdir())
     folder = store.PartitionPaths(storage, start).published
     first, _ = store.read_frame(folder / GPU_FILE)
     assert run_hour(start)["__run__"] == "success"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -84,3 +84,47 @@ def test_published_hour_starts_lists_only_hours_with_a_manifest_oldest_first(
     half.mkdir(parents=True)
     (half / "gpu.parquet").write_text("half")
     assert store.published_hour_starts(root) == [HOUR.replace(day=28, hour=23), HOUR, HOUR.replace(hour=14)]
+
+
+def _publish(root: store.ObjectStoragePath, hour: datetime) -> store.ObjectStoragePath:
+    paths = store.PartitionPaths(root, hour)
+    staging = paths.new_staging()
+    staging.mkdir(parents=True)
+    (staging / store.GPU_FILE).write_text(hour.isoformat())
+    store.publish(staging, paths.published, {})
+    return paths.published
+
+
+def test_prune_hours_removes_the_hours_ended_by_the_cutoff_and_their_emptied_days(
+    root: store.ObjectStoragePath,
+) -> None:
+    late_evening, night = HOUR.replace(day=28, hour=22), HOUR.replace(day=28, hour=23)
+    for hour in (late_evening, night, HOUR):
+        _publish(root, hour)
+    half = store.PartitionPaths(root, HOUR.replace(day=27)).published  # a crash before its manifest
+    half.mkdir(parents=True)
+    (half / store.GPU_FILE).write_text("half")
+    (root / "metrics" / "notes").mkdir()  # not an hour of Slicewise's: left alone
+
+    # An hour is kept while any of it is after the cutoff.
+    assert store.prune_hours(root, "metrics", night + timedelta(minutes=59)) == [
+        HOUR.replace(day=27),
+        late_evening,
+    ]
+    assert store.published_hour_starts(root) == [night, HOUR]
+    assert store.prune_hours(root, "metrics", HOUR) == [night]
+    assert sorted(p.name for p in (root / "metrics").iterdir()) == ["date=2026-11-29", "notes"]
+    assert (store.PartitionPaths(root, HOUR).published / store.GPU_FILE).read_text() == HOUR.isoformat()
+    assert store.prune_hours(root, "quarantine", HOUR) == []  # nothing quarantined yet
+
+
+def test_prune_staging_removes_only_the_ingest_staging_of_hours_before_the_cutoff(
+    root: store.ObjectStoragePath,
+) -> None:
+    old = store.PartitionPaths(root, HOUR - timedelta(hours=1)).new_staging()
+    current = store.PartitionPaths(root, HOUR).new_staging()
+    others = root / "_staging" / "cost_report" / "2026-11-01-abc"  # another writer's scratch space
+    for folder in (old, current, others):
+        folder.mkdir(parents=True)
+    assert store.prune_staging(root, HOUR) == 1
+    assert not old.exists() and current.exists() and others.exists()

@@ -6,7 +6,6 @@ for the pure modules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,9 +21,6 @@ if TYPE_CHECKING:
 
     from slicewise.rollout.ledger import Ledger
 
-#: The run id's timestamp in a plan folder's name: Airflow run ids end in the run's ISO time, and
-#: ``planning.storage.run_folder`` turns ``:`` and ``+`` into ``_`` (``manual__2026-11-24T09_45_00_00_00``).
-_RUN_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2})[_:](\d{2})[_:](\d{2})")
 #: How many rollouts back the ledger is read (newest first); a day holds at most 24 planner runs.
 LEDGER_ROLLOUTS = 500
 #: How far before a report's window the planner's runs are read: the layout history needs the newest
@@ -65,20 +61,11 @@ def read_hour(folder: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     return gpu, demand, int(float(meta.get("step_s", "60")))
 
 
-def run_time(name: str) -> datetime | None:
-    """The time in a plan folder's name (UTC), or None."""
-    match = _RUN_TIME.search(name)
-    if not match:
-        return None
-    day, hh, mm, ss = match.groups()
-    return datetime.fromisoformat(f"{day}T{hh}:{mm}:{ss}").replace(tzinfo=UTC)
-
-
 def plan_runs(root: ObjectStoragePath, since: datetime | None = None) -> list[PlanRun]:
     """Every ``plans/<run>/`` with an ``observed.json`` or ``forecasts.json``, oldest first; runs whose name
     says they were made before ``since`` are skipped without touching their files (months of hourly plans
     on an object store would otherwise cost a request each)."""
-    from slicewise.planning.storage import FORECASTS, OBSERVED
+    from slicewise.planning.storage import FORECASTS, OBSERVED, run_time
 
     plans = root / "plans"
     if not plans.exists():

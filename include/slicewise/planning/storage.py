@@ -9,7 +9,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from slicewise.cluster.base import GpuNode, GpuPod, Taint
@@ -27,6 +27,43 @@ PLAN_PARQUET, PLAN_MD, PLAN_HTML = "plan.parquet", "plan.md", "plan.html"
 def run_folder(root: ObjectStoragePath, run_id: str) -> ObjectStoragePath:
     """``plans/<run id made path-safe>/``; a re-run of the same DAG run overwrites its own folder."""
     return root / "plans" / re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+
+
+#: The run id's timestamp in a plan folder's name: Airflow run ids end in the run's ISO time, and
+#: :func:`run_folder` turns ``:`` and ``+`` into ``_`` (``manual__2026-11-24T09_45_00_00_00``).
+_RUN_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2})[_:](\d{2})[_:](\d{2})")
+
+
+def run_time(name: str) -> datetime | None:
+    """The time in a plan folder's name (UTC), or None."""
+    match = _RUN_TIME.search(name)
+    if not match:
+        return None
+    day, hh, mm, ss = match.groups()
+    return datetime.fromisoformat(f"{day}T{hh}:{mm}:{ss}").replace(tzinfo=UTC)
+
+
+def prune_runs(root: ObjectStoragePath, before: datetime) -> list[str]:
+    """Remove the ``plans/<run>/`` folders whose name says they were made before ``before``; returns their names.
+
+    Never the newest plan's (:func:`mark_latest`), whose pins the next plan reads however old it is, nor a
+    folder whose name holds no time (not made by :func:`run_folder`).
+    """
+    from slicewise import store
+
+    plans = root / "plans"
+    if not plans.exists():
+        return []
+    latest = plans / LATEST
+    keep = run_folder(root, _read(latest)["run_id"]).name if latest.exists() else None
+    removed = []
+    for folder in sorted(plans.iterdir(), key=lambda path: path.name):
+        made = run_time(folder.name)
+        if made is None or made >= before or folder.name == keep or not folder.is_dir():
+            continue
+        store.remove(folder)
+        removed.append(folder.name)
+    return removed
 
 
 def _write(path: ObjectStoragePath, payload: Any) -> None:

@@ -10,6 +10,7 @@ from slicewise import store
 from slicewise.cluster.base import DEVICE_PLUGIN_CONFIG_LABEL
 from slicewise.costs import sources
 from slicewise.forecasting.forecasts import Forecasts
+from slicewise.planning import storage
 from slicewise.planning.storage import run_folder, write_forecasts, write_observations
 from slicewise.planning.types import NodeObservation
 from slicewise.rollout.ledger import Ledger, NodeStatus, RolloutStatus
@@ -35,7 +36,7 @@ def test_a_plan_folder_is_placed_at_its_run_time_else_at_its_files_time(tmp_path
     assert (
         sources.layout_history(runs, DAY + timedelta(hours=9), []).at("n", DAY + timedelta(hours=10)) is None
     )
-    assert sources.run_time("manual__2026-11-24T09_45_00.123_00_00_abc") == DAY + timedelta(
+    assert storage.run_time("manual__2026-11-24T09_45_00.123_00_00_abc") == DAY + timedelta(
         hours=9, minutes=45
     )
 

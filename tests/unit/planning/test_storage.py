@@ -154,3 +154,27 @@ def test_the_next_plan_remembers_the_newest_plans_pins_and_none_when_that_plan_c
     (storage.run_folder(root, "run-1") / storage.PLAN_JSON).write_text("{not json")
     assert remembered_pins(settings) == ()
     assert "the newest plan's pins could not be read; this plan remembers none" in caplog.text
+
+
+def test_prune_runs_removes_the_plan_folders_made_before_the_cutoff_but_never_the_newest_plans(
+    tmp_path: Path,
+) -> None:
+    root = store.storage_path(tmp_path.as_uri())
+    assert storage.prune_runs(root, datetime(2026, 11, 29, tzinfo=UTC)) == []  # no plans yet
+    runs = [
+        "scheduled__2026-11-27T10:00:00+00:00",
+        "manual__2026-11-28T09:45:00.123+00:00",
+        "scheduled__2026-11-29T10:00:00+00:00",
+        "my-run",  # no time in its name: not one of the planner's, kept
+    ]
+    for run in runs:
+        storage.write_plan(storage.run_folder(root, run), FleetPlan("packing", "v1", True, 60, ()))
+    # The newest plan (which the next plan reads its pins from) is the oldest here: the planner paused.
+    storage.mark_latest(root, runs[0], datetime(2026, 11, 27, 10, tzinfo=UTC))
+
+    removed = storage.prune_runs(root, datetime(2026, 11, 29, 10, tzinfo=UTC))
+
+    assert removed == [storage.run_folder(root, runs[1]).name]
+    assert sorted(p.name for p in (root / "plans").iterdir()) == sorted(
+        [storage.LATEST, *(storage.run_folder(root, run).name for run in (runs[0], runs[2], runs[3]))]
+    )
