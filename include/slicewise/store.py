@@ -91,19 +91,22 @@ def prune_hours(root: ObjectStoragePath, area: str, before: datetime) -> list[da
 
     A published partition loses its manifest first, so a reader never sees it half removed, and a crash
     between the two leaves a folder nobody reads, which the next call removes. Day folders left empty go too.
+    A folder another call removed meanwhile (overlapping runs) is skipped.
     """
     removed = []
     for start, folder in hour_folders(root, area):
         if start + timedelta(hours=1) > before:
             break
-        manifest = folder / MANIFEST
-        if manifest.exists():
-            manifest.unlink()
-        remove(folder)
-        removed.append(start)
-        day = folder.parent
-        if not any(day.iterdir()):
-            remove(day)
+        try:
+            manifest = folder / MANIFEST
+            if manifest.exists():
+                manifest.unlink()
+            remove(folder)
+            removed.append(start)
+            if not any(folder.parent.iterdir()):
+                remove(folder.parent)
+        except FileNotFoundError:
+            continue
     return removed
 
 
