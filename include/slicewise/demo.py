@@ -226,6 +226,9 @@ DEMO_SETTINGS = {
     # three simulated weeks, sim-h100-1 outside working hours (packing, the default, changes layouts only when
     # pending demand needs it).
     "SLICEWISE_PLANNER_POLICY": "thresholds",
+    # ... but on a trusted champion's forecast, whose P90 covers more than the hour's: in working hours it put
+    # sim-a100-80-1 at 41 % (CI at 14:05 UTC), just over the shipped 40 %, and the cycle showed no rollout.
+    "SLICEWISE_PLANNER_LOW_UTIL": "0.5",
     # Six nodes near the band: a trusted champion's forecast can put every expected gain under the shipped 0.25
     # GPU-h/h hysteresis (seen in CI: sim-h100-1 at 0.12), and the cycle would show no rollout.
     "SLICEWISE_PLANNER_MIN_GAIN_GPU_HOURS": "0.05",
