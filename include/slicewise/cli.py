@@ -1,5 +1,5 @@
 """The ``slicewise`` command line: ``validate``, ``simulate``, ``forecast-backtest``, ``catalog``, ``backtest``,
-``rollout``.
+``rollout``, ``store``.
 
 Every sub-command returns an exit code; bad input prints one line on stderr, never a traceback.
 """
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from slicewise import retention_cli as store_cli
     from slicewise.catalog import cli as catalog_cli
     from slicewise.forecasting import cli as forecast_cli
     from slicewise.rollout import cli as rollout_cli
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog_cli.register(commands)
     backtest_cli.register(commands)
     rollout_cli.register(commands)
+    store_cli.register(commands)
     return parser
 
 

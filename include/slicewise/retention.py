@@ -47,44 +47,66 @@ def store_history(settings: Settings) -> timedelta | None:
 
 @dataclass(frozen=True)
 class StorePruned:
-    """What one pass removed; ``cutoff`` None when it kept everything (retention 0, or nothing published)."""
+    """What one pass removed (or would: a dry run); ``cutoff`` None when it kept everything (retention 0, or
+    nothing published yet)."""
 
     cutoff: datetime | None
-    metrics_hours: int = 0
-    quarantined_hours: int = 0
-    staging_folders: int = 0
-    plan_runs: int = 0
+    metrics_hours: tuple[datetime, ...] = ()
+    quarantined_hours: tuple[datetime, ...] = ()
+    staging_folders: tuple[str, ...] = ()
+    plan_runs: tuple[str, ...] = ()
+    dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["cutoff"] = self.cutoff.isoformat() if self.cutoff else None
-        return values
+        """The cut-off and how many of each (an XCom: small whatever the backlog)."""
+        counts = {
+            key: len(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()
+        }
+        return counts | {"cutoff": self.cutoff.isoformat() if self.cutoff else None}
+
+    def summary(self) -> str:
+        if self.cutoff is None:
+            return "kept everything (retention 0, or no published hour yet)"
+        verb = "would remove" if self.dry_run else "removed"
+        parts = [
+            f"{len(hours)} {what} hours{_span(hours)}"
+            for what, hours in (("published", self.metrics_hours), ("quarantined", self.quarantined_hours))
+        ]
+        return (
+            f"kept what ends after {self.cutoff.isoformat()}; {verb} {', '.join(parts)}, "
+            f"{len(self.staging_folders)} staging folders and {len(self.plan_runs)} plan folders"
+        )
 
 
-def prune_store(root: ObjectStoragePath, history: timedelta | None) -> StorePruned:
-    """Remove what is older than ``history`` before the end of the newest published hour under ``root``."""
+def _span(hours: tuple[datetime, ...]) -> str:
+    if not hours:
+        return ""
+    return (
+        f" ({hours[0]:%Y-%m-%dT%H})"
+        if len(hours) == 1
+        else f" ({hours[0]:%Y-%m-%dT%H} ... {hours[-1]:%Y-%m-%dT%H})"
+    )
+
+
+def prune_store(root: ObjectStoragePath, history: timedelta | None, dry_run: bool = False) -> StorePruned:
+    """Remove what is older than ``history`` before the end of the newest published hour under ``root``
+    (``dry_run``: say what, removing nothing)."""
     published = store.published_hour_starts(root)
     if history is None or not published:
-        return StorePruned(None)
+        return StorePruned(None, dry_run=dry_run)
     cutoff = published[-1] + timedelta(hours=1) - history
     pruned = StorePruned(
         cutoff,
-        metrics_hours=len(store.prune_hours(root, "metrics", cutoff)),
-        quarantined_hours=len(store.prune_hours(root, "quarantine", cutoff)),
-        staging_folders=store.prune_staging(root, cutoff),
-        plan_runs=len(prune_runs(root, cutoff)),
+        metrics_hours=tuple(store.prune_hours(root, "metrics", cutoff, dry_run)),
+        quarantined_hours=tuple(store.prune_hours(root, "quarantine", cutoff, dry_run)),
+        staging_folders=tuple(store.prune_staging(root, cutoff, dry_run)),
+        plan_runs=tuple(prune_runs(root, cutoff, dry_run)),
+        dry_run=dry_run,
     )
-    log.info(
-        "kept what ends after %s; removed %d published and %d quarantined hours, %d staging and %d plan folders",
-        cutoff.isoformat(),
-        pruned.metrics_hours,
-        pruned.quarantined_hours,
-        pruned.staging_folders,
-        pruned.plan_runs,
-    )
+    log.info("%s", pruned.summary())
     return pruned
 
 
-def prune_configured_store(settings: Settings) -> StorePruned:
+def prune_configured_store(settings: Settings, dry_run: bool = False) -> StorePruned:
     """:func:`prune_store` under the settings' storage root and retention."""
-    return prune_store(store.storage_path(settings.storage_root), store_history(settings))
+    return prune_store(store.storage_path(settings.storage_root), store_history(settings), dry_run)

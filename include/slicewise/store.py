@@ -86,8 +86,11 @@ def published_hour_starts(root: ObjectStoragePath) -> list[datetime]:
     return [start for start, folder in hour_folders(root, "metrics") if read_manifest(folder) is not None]
 
 
-def prune_hours(root: ObjectStoragePath, area: str, before: datetime) -> list[datetime]:
-    """Remove every hour folder of ``area`` whose hour ended at or before ``before``; returns their starts.
+def prune_hours(
+    root: ObjectStoragePath, area: str, before: datetime, dry_run: bool = False
+) -> list[datetime]:
+    """Remove every hour folder of ``area`` whose hour ended at or before ``before``; returns their starts
+    (``dry_run``: those it would remove, removing nothing).
 
     A published partition loses its manifest first, so a reader never sees it half removed, and a crash
     between the two leaves a folder nobody reads, which the next call removes. Day folders left empty go too.
@@ -97,6 +100,9 @@ def prune_hours(root: ObjectStoragePath, area: str, before: datetime) -> list[da
     for start, folder in hour_folders(root, area):
         if start + timedelta(hours=1) > before:
             break
+        if dry_run:
+            removed.append(start)
+            continue
         try:
             manifest = folder / MANIFEST
             if manifest.exists():
@@ -110,23 +116,24 @@ def prune_hours(root: ObjectStoragePath, area: str, before: datetime) -> list[da
     return removed
 
 
-def prune_staging(root: ObjectStoragePath, before: datetime) -> int:
+def prune_staging(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
     """Remove the staging folders of hours that began before ``before`` (left by attempts that crashed and were
-    never retried; a retry removes its own hour's); returns how many."""
+    never retried; a retry removes its own hour's); returns their names (``dry_run``: removing nothing)."""
     from datetime import UTC
 
     staging = root / "_staging"
     if not staging.exists():
-        return 0
-    removed = 0
-    for folder in staging.iterdir():
+        return []
+    removed = []
+    for folder in sorted(staging.iterdir(), key=lambda path: path.name):
         try:
             began = datetime.strptime(folder.name.split("-", 1)[0], "%Y%m%dT%H").replace(tzinfo=UTC)
         except ValueError:
             continue
         if began < before:
-            remove(folder)
-            removed += 1
+            if not dry_run:
+                remove(folder)
+            removed.append(folder.name)
     return removed
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -62,16 +63,40 @@ def test_a_pass_removes_hours_staging_and_plans_older_than_the_retention_before_
         storage.write_plan(storage.run_folder(root, run), FleetPlan("packing", "v1", True, 60, ()))
     storage.mark_latest(root, f"scheduled__{NEWEST - timedelta(days=3):%Y-%m-%dT%H:%M:%S}+00:00", NEWEST)
 
+    cutoff = NEWEST + timedelta(hours=1) - history
+    expected = StorePruned(
+        cutoff,
+        metrics_hours=(NEWEST - timedelta(days=6), NEWEST - timedelta(days=5)),
+        quarantined_hours=(NEWEST - timedelta(days=7),),
+        staging_folders=(crashed.name,),
+        plan_runs=(
+            storage.run_folder(root, f"scheduled__{NEWEST - timedelta(days=6):%Y-%m-%dT%H:%M:%S}+00:00").name,
+        ),
+    )
+    dry = prune_store(root, history, dry_run=True)
+    assert dry == dataclasses.replace(expected, dry_run=True)
+    assert dry.summary() == (
+        f"kept what ends after {cutoff.isoformat()}; would remove 2 published hours (2026-11-23T10 ... "
+        "2026-11-24T10), 1 quarantined hours (2026-11-22T10), 1 staging folders and 1 plan folders"
+    )
+    assert len(store.published_hour_starts(root)) == 4 and crashed.exists()  # a dry run removes nothing
+
     pruned = prune_store(root, history)
 
-    cutoff = NEWEST + timedelta(hours=1) - history
-    assert pruned == StorePruned(cutoff, metrics_hours=2, quarantined_hours=1, staging_folders=1, plan_runs=1)
+    assert pruned == expected
     # Five days of hours are kept: the one that began five days before the newest ended at the cutoff.
     assert store.published_hour_starts(root) == [NEWEST - timedelta(days=1), NEWEST]
     assert [start for start, _ in store.hour_folders(root, "quarantine")] == [NEWEST - timedelta(days=2)]
     assert not crashed.exists()
     assert len([p for p in (root / "plans").iterdir() if p.is_dir()]) == 1
-    assert pruned.as_dict()["cutoff"] == cutoff.isoformat()
+    assert pruned.as_dict() == {
+        "cutoff": cutoff.isoformat(),
+        "metrics_hours": 2,
+        "quarantined_hours": 1,
+        "staging_folders": 1,
+        "plan_runs": 1,
+        "dry_run": False,
+    }
     assert prune_store(root, history) == StorePruned(cutoff)  # a second pass finds nothing more
 
 
@@ -85,5 +110,26 @@ def test_nothing_is_removed_before_the_first_published_hour_or_with_a_retention_
     _hour(root, NEWEST)
     assert prune_configured_store(_settings(tmp_path, store_retention_days=0)) == StorePruned(None)
     assert len(store.published_hour_starts(root)) == 2
-    assert prune_configured_store(_settings(tmp_path)).metrics_hours == 1
+    assert prune_configured_store(_settings(tmp_path)).metrics_hours == (NEWEST - timedelta(days=300),)
     assert len(store.hour_folders(root, "quarantine")) == 0
+
+
+def test_the_cli_says_what_a_dry_run_would_remove_then_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slicewise.cli import main
+
+    monkeypatch.setenv("SLICEWISE_STORAGE_ROOT", tmp_path.as_uri())
+    root = store.storage_path(tmp_path.as_uri())
+    for back in (40, 10, 0):
+        _hour(root, NEWEST - timedelta(days=back))
+    capsys.readouterr()
+
+    assert main(["store", "prune", "--dry-run"]) == 0
+    assert "would remove 1 published hours (2026-10-20T10)" in capsys.readouterr().out
+    assert len(store.published_hour_starts(root)) == 3
+    assert main(["store", "prune", "--days", "5"]) == 0  # this run's retention, not the setting's 35
+    assert "removed 2 published hours (2026-10-20T10 ... 2026-11-19T10)" in capsys.readouterr().out
+    assert store.published_hour_starts(root) == [NEWEST]
+    assert main(["store", "prune", "--days", "-1"]) == 2
+    assert "error: setting store_retention_days=-1.0" in capsys.readouterr().err

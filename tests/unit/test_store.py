@@ -126,5 +126,6 @@ def test_prune_staging_removes_only_the_ingest_staging_of_hours_before_the_cutof
     others = root / "_staging" / "cost_report" / "2026-11-01-abc"  # another writer's scratch space
     for folder in (old, current, others):
         folder.mkdir(parents=True)
-    assert store.prune_staging(root, HOUR) == 1
+    assert store.prune_staging(root, HOUR, dry_run=True) == [old.name] and old.exists()
+    assert store.prune_staging(root, HOUR) == [old.name]
     assert not old.exists() and current.exists() and others.exists()

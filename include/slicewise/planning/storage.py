@@ -43,8 +43,9 @@ def run_time(name: str) -> datetime | None:
     return datetime.fromisoformat(f"{day}T{hh}:{mm}:{ss}").replace(tzinfo=UTC)
 
 
-def prune_runs(root: ObjectStoragePath, before: datetime) -> list[str]:
-    """Remove the ``plans/<run>/`` folders whose name says they were made before ``before``; returns their names.
+def prune_runs(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
+    """Remove the ``plans/<run>/`` folders whose name says they were made before ``before``; returns their names
+    (``dry_run``: removing nothing).
 
     Never the newest plan's (:func:`mark_latest`), whose pins the next plan reads however old it is, nor a
     folder whose name holds no time (not made by :func:`run_folder`).
@@ -61,7 +62,8 @@ def prune_runs(root: ObjectStoragePath, before: datetime) -> list[str]:
         made = run_time(folder.name)
         if made is None or made >= before or folder.name == keep or not folder.is_dir():
             continue
-        store.remove(folder)
+        if not dry_run:
+            store.remove(folder)
         removed.append(folder.name)
     return removed
 
