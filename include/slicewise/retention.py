@@ -3,11 +3,11 @@
 Each run of ``gpu_metrics_ingest`` that publishes an hour then removes, under the storage root, what is older
 than the retention counted back from the newest published hour (as Prometheus counts its own retention back
 from its newest sample, so a fleet that stops reporting keeps its last days): hourly partitions under
-``metrics/`` and ``quarantine/``, the ingest's staging left by attempts never retried, and the planner's
-``plans/<run>/`` folders (never the newest plan's). Cost reports and what-if reviews are small, one a day or
-less, and are kept. The retention is never shorter than what the DAGs read back: the forecaster's
-``forecast_history_hours``, and the daily cost report's day with its savings hours and the planner runs before
-it (:data:`slicewise.costs.sources.PLAN_LOOKBACK`), a day late.
+``metrics/`` and ``quarantine/``, the ingest's staging left by attempts never retried, the work folders of cost
+reports that failed for good, and the planner's ``plans/<run>/`` folders (never the newest plan's). Cost
+reports and what-if reviews are small, one a day or less, and are kept. The retention is never shorter than
+what the DAGs read back: the forecaster's ``forecast_history_hours``, and the daily cost report's day with its
+savings hours and the planner runs before it (:data:`slicewise.costs.sources.PLAN_LOOKBACK`), a day late.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from slicewise import store
 from slicewise.costs.sources import PLAN_LOOKBACK
+from slicewise.costs.steps import prune_work_folders
 from slicewise.planning.storage import prune_runs
 from slicewise.settings import Settings, SettingsError
 
@@ -54,6 +55,7 @@ class StorePruned:
     metrics_hours: tuple[datetime, ...] = ()
     quarantined_hours: tuple[datetime, ...] = ()
     staging_folders: tuple[str, ...] = ()
+    report_work_folders: tuple[str, ...] = ()
     plan_runs: tuple[str, ...] = ()
     dry_run: bool = False
 
@@ -74,7 +76,8 @@ class StorePruned:
         ]
         return (
             f"kept what ends after {self.cutoff.isoformat()}; {verb} {', '.join(parts)}, "
-            f"{len(self.staging_folders)} staging folders and {len(self.plan_runs)} plan folders"
+            f"{len(self.staging_folders)} staging folders, {len(self.report_work_folders)} cost report work "
+            f"folders and {len(self.plan_runs)} plan folders"
         )
 
 
@@ -100,6 +103,7 @@ def prune_store(root: ObjectStoragePath, history: timedelta | None, dry_run: boo
         metrics_hours=tuple(store.prune_hours(root, "metrics", cutoff, dry_run)),
         quarantined_hours=tuple(store.prune_hours(root, "quarantine", cutoff, dry_run)),
         staging_folders=tuple(store.prune_staging(root, cutoff, dry_run)),
+        report_work_folders=tuple(prune_work_folders(root, cutoff, dry_run)),
         plan_runs=tuple(prune_runs(root, cutoff, dry_run)),
         dry_run=dry_run,
     )

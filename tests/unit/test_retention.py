@@ -58,6 +58,9 @@ def test_a_pass_removes_hours_staging_and_plans_older_than_the_retention_before_
     _hour(root, NEWEST - timedelta(days=2), "quarantine")
     crashed = store.PartitionPaths(root, NEWEST - timedelta(days=8)).new_staging()  # never retried
     crashed.mkdir(parents=True)
+    failed_reports = [root / "_staging" / "cost_report" / f"2026-11-{day}-scheduled__x" for day in (23, 24)]
+    for folder in failed_reports:  # the day that ended at the cut-off goes, the next is kept
+        folder.mkdir(parents=True)
     for back in (6, 3):
         run = f"scheduled__{NEWEST - timedelta(days=back):%Y-%m-%dT%H:%M:%S}+00:00"
         storage.write_plan(storage.run_folder(root, run), FleetPlan("packing", "v1", True, 60, ()))
@@ -69,6 +72,7 @@ def test_a_pass_removes_hours_staging_and_plans_older_than_the_retention_before_
         metrics_hours=(NEWEST - timedelta(days=6), NEWEST - timedelta(days=5)),
         quarantined_hours=(NEWEST - timedelta(days=7),),
         staging_folders=(crashed.name,),
+        report_work_folders=(failed_reports[0].name,),
         plan_runs=(
             storage.run_folder(root, f"scheduled__{NEWEST - timedelta(days=6):%Y-%m-%dT%H:%M:%S}+00:00").name,
         ),
@@ -77,7 +81,8 @@ def test_a_pass_removes_hours_staging_and_plans_older_than_the_retention_before_
     assert dry == dataclasses.replace(expected, dry_run=True)
     assert dry.summary() == (
         f"kept what ends after {cutoff.isoformat()}; would remove 2 published hours (2026-11-23T10 ... "
-        "2026-11-24T10), 1 quarantined hours (2026-11-22T10), 1 staging folders and 1 plan folders"
+        "2026-11-24T10), 1 quarantined hours (2026-11-22T10), 1 staging folders, 1 cost report work folders and "
+        "1 plan folders"
     )
     assert len(store.published_hour_starts(root)) == 4 and crashed.exists()  # a dry run removes nothing
 
@@ -87,13 +92,14 @@ def test_a_pass_removes_hours_staging_and_plans_older_than_the_retention_before_
     # Five days of hours are kept: the one that began five days before the newest ended at the cutoff.
     assert store.published_hour_starts(root) == [NEWEST - timedelta(days=1), NEWEST]
     assert [start for start, _ in store.hour_folders(root, "quarantine")] == [NEWEST - timedelta(days=2)]
-    assert not crashed.exists()
+    assert not crashed.exists() and not failed_reports[0].exists() and failed_reports[1].exists()
     assert len([p for p in (root / "plans").iterdir() if p.is_dir()]) == 1
     assert pruned.as_dict() == {
         "cutoff": cutoff.isoformat(),
         "metrics_hours": 2,
         "quarantined_hours": 1,
         "staging_folders": 1,
+        "report_work_folders": 1,
         "plan_runs": 1,
         "dry_run": False,
     }

@@ -64,6 +64,29 @@ def work_folder(root: ObjectStoragePath, window: ReportWindow, run_id: str) -> O
     return root / "_staging" / "cost_report" / f"{window.day.isoformat()}-{token}"
 
 
+def prune_work_folders(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
+    """Remove the work folders of reports of days that ended at or before ``before`` (``publish`` removes its
+    own; a run that failed for good leaves it); returns their names (``dry_run``: removing nothing)."""
+    from datetime import UTC, timedelta
+
+    from slicewise import store
+
+    area = root / "_staging" / "cost_report"
+    if not area.exists():
+        return []
+    removed = []
+    for folder in sorted(area.iterdir(), key=lambda path: path.name):
+        try:
+            day = datetime.strptime(folder.name[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        if day + timedelta(days=1) <= before:
+            if not dry_run:
+                store.remove(folder)
+            removed.append(folder.name)
+    return removed
+
+
 def _write_json(path: ObjectStoragePath, payload: Any) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str, allow_nan=False))
