@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -116,25 +116,40 @@ def prune_hours(
     return removed
 
 
-def prune_staging(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
-    """Remove the staging folders of hours that began before ``before`` (left by attempts that crashed and were
-    never retried; a retry removes its own hour's); returns their names (``dry_run``: removing nothing)."""
-    from datetime import UTC
-
-    staging = root / "_staging"
-    if not staging.exists():
+def prune_folders(
+    area: ObjectStoragePath,
+    stamp: Callable[[str], datetime | None],
+    before: datetime,
+    dry_run: bool = False,
+) -> list[str]:
+    """Remove the entries of ``area`` whose ``stamp`` (read off the name; None: not to be removed) is before
+    ``before``; returns their names in name order (``dry_run``: removing nothing)."""
+    if not area.exists():
         return []
     removed = []
-    for folder in sorted(staging.iterdir(), key=lambda path: path.name):
-        try:
-            began = datetime.strptime(folder.name.split("-", 1)[0], "%Y%m%dT%H").replace(tzinfo=UTC)
-        except ValueError:
-            continue
-        if began < before:
+    for entry in sorted(area.iterdir(), key=lambda path: path.name):
+        stamped = stamp(entry.name)
+        if stamped is not None and stamped < before:
             if not dry_run:
-                remove(folder)
-            removed.append(folder.name)
+                remove(entry)
+            removed.append(entry.name)
     return removed
+
+
+def prune_staging(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
+    """Remove the staging folders of hours that began before ``before`` (left by attempts that crashed and were
+    never retried; a retry removes its own hour's); returns their names (``dry_run``: removing nothing). Other
+    writers' staging, named otherwise, is theirs."""
+    return prune_folders(root / "_staging", _staging_hour, before, dry_run)
+
+
+def _staging_hour(name: str) -> datetime | None:
+    from datetime import UTC
+
+    try:
+        return datetime.strptime(name.split("-", 1)[0], "%Y%m%dT%H").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def latest_published_end(root: ObjectStoragePath) -> datetime | None:

@@ -65,26 +65,21 @@ def work_folder(root: ObjectStoragePath, window: ReportWindow, run_id: str) -> O
 
 
 def prune_work_folders(root: ObjectStoragePath, before: datetime, dry_run: bool = False) -> list[str]:
-    """Remove the work folders of reports of days that ended at or before ``before`` (``publish`` removes its
-    own; a run that failed for good leaves it); returns their names (``dry_run``: removing nothing)."""
-    from datetime import UTC, timedelta
-
+    """Remove the work folders of reports of days that ended before ``before`` (``publish`` removes its own; a
+    run that failed for good leaves it); returns their names (``dry_run``: removing nothing)."""
     from slicewise import store
 
-    area = root / "_staging" / "cost_report"
-    if not area.exists():
-        return []
-    removed = []
-    for folder in sorted(area.iterdir(), key=lambda path: path.name):
-        try:
-            day = datetime.strptime(folder.name[:10], "%Y-%m-%d").replace(tzinfo=UTC)
-        except ValueError:
-            continue
-        if day + timedelta(days=1) <= before:
-            if not dry_run:
-                store.remove(folder)
-            removed.append(folder.name)
-    return removed
+    return store.prune_folders(root / "_staging" / "cost_report", _day_end, before, dry_run)
+
+
+def _day_end(name: str) -> datetime | None:
+    """The end of the day a work folder's name starts with (:func:`work_folder`), or None."""
+    from datetime import UTC, timedelta
+
+    try:
+        return datetime.strptime(name[:10], "%Y-%m-%d").replace(tzinfo=UTC) + timedelta(days=1)
+    except ValueError:
+        return None
 
 
 def _write_json(path: ObjectStoragePath, payload: Any) -> str:

@@ -52,20 +52,11 @@ def prune_runs(root: ObjectStoragePath, before: datetime, dry_run: bool = False)
     """
     from slicewise import store
 
-    plans = root / "plans"
-    if not plans.exists():
-        return []
-    latest = plans / LATEST
+    latest = root / "plans" / LATEST
     keep = run_folder(root, _read(latest)["run_id"]).name if latest.exists() else None
-    removed = []
-    for folder in sorted(plans.iterdir(), key=lambda path: path.name):
-        made = run_time(folder.name)
-        if made is None or made >= before or folder.name == keep or not folder.is_dir():
-            continue
-        if not dry_run:
-            store.remove(folder)
-        removed.append(folder.name)
-    return removed
+    return store.prune_folders(
+        root / "plans", lambda name: None if name == keep else run_time(name), before, dry_run
+    )
 
 
 def _write(path: ObjectStoragePath, payload: Any) -> None:
