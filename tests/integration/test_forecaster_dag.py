@@ -85,6 +85,9 @@ def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rul
 
     # Four hours leave none to calibrate on after training: the quantiles stay as trained.
     assert run.data.metrics["calibration.h60.p90"] == 1.0
+    # From scratch it trains: the newest hour of windows whose targets are known (until 2026-12-07 none were
+    # taken, every update trained 0 epochs).
+    assert int(run.data.params["new_windows"]) > 0 and int(run.data.params["epochs"]) > 0
 
     for hour in (4, 5, 6):
         publish_hour(root, fleet, FIRST + timedelta(hours=hour))
@@ -106,6 +109,7 @@ def test_two_hourly_updates_register_versions_and_move_the_alias_only_by_the_rul
     assert any(v != 1.0 for v in fits.values())
     assert second_run.data.metrics["calibration.h60.p90"] == 1.0
     assert second_run.data.params["started_from"] == (before or "scratch")
+    assert int(params["new_windows"]) > 0 and int(params["replay_windows"]) > 0 and int(params["epochs"]) > 0
     expected = "2" if second.tags["gate"] == "promoted" else before
     assert champion(mlflow_server) == expected
     # The gate's reason names the comparison it made.

@@ -195,15 +195,18 @@ def hourly_update(
     per_series = max(1, hour // spec.training.window_stride)
     train_series = max(1, int(spec.training.max_windows / (1 + spec.training.replay_ratio) / per_series))
     history = subsample(panel, train_series, seed).head(train_end)
-    newest_first = max(0, train_end - hour)
+    # The newest windows with a known target end the longest horizon before train_end: those of the hour
+    # before that are new. (Counted from train_end itself, every target lay past the data and the update
+    # trained on nothing, from scratch too: epochs 0 in every version until 2026-12-07.)
+    known_end = max(0, train_end - max(spec.horizon_steps()))
+    newest_first = max(0, known_end - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
     # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
     replay_stride = max(
         spec.training.window_stride, newest_first // max(1, int(per_series * spec.training.replay_ratio))
     )
-    replay = (
-        make_windows(history.head(newest_first), spec, stride=replay_stride) if newest_first > 0 else None
-    )
+    older = make_windows(history, spec, stride=replay_stride) if newest_first > 0 else None
+    replay = older.subset(np.flatnonzero(older.step < newest_first)) if older is not None else None
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
     identity = np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))
