@@ -178,6 +178,29 @@ def test_refit_each_fold_trains_a_fresh_model_on_every_window_before_each_fold(t
         assert refitted["folds"][index]["fitted_windows"] == windows_before(cuts[index])
 
 
+def test_update_epochs_train_each_update_after_the_first_fit_for_that_many_epochs(tmp_path: Path) -> None:
+    import dataclasses
+
+    import yaml
+
+    from slicewise.forecasting.spec import parse_spec
+
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    spec_path = tiny_spec_file(tmp_path / "spec.yaml")
+    spec = backtest_spec(parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path)), 15, 60)
+    spec = dataclasses.replace(spec, training=dataclasses.replace(spec.training, epochs_per_update=3))
+
+    result = run_backtest(panel, spec, 0.5, 15, folds=3, time_budget_s=600, update_epochs=1)
+
+    assert [fold["epochs"] for fold in result["folds"]] == [3, 1, 1]
+    assert [f["epochs"] for f in run_backtest(panel, spec, 0.5, 15, folds=3, time_budget_s=600)["folds"]] == [
+        3,
+        3,
+        3,
+    ]
+
+
 # --- the CLI ----------------------------------------------------------------------------------------------------
 
 
