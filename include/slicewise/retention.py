@@ -94,10 +94,9 @@ def _span(hours: tuple[datetime, ...]) -> str:
 def prune_store(root: ObjectStoragePath, history: timedelta | None, dry_run: bool = False) -> StorePruned:
     """Remove what is older than ``history`` before the end of the newest published hour under ``root``
     (``dry_run``: say what, removing nothing)."""
-    published = store.published_hour_starts(root)
-    if history is None or not published:
+    if history is None or (newest_end := store.latest_published_end(root)) is None:
         return StorePruned(None, dry_run=dry_run)
-    cutoff = published[-1] + timedelta(hours=1) - history
+    cutoff = newest_end - history
     pruned = StorePruned(
         cutoff,
         metrics_hours=tuple(store.prune_hours(root, "metrics", cutoff, dry_run)),

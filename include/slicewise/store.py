@@ -153,9 +153,13 @@ def _staging_hour(name: str) -> datetime | None:
 
 
 def latest_published_end(root: ObjectStoragePath) -> datetime | None:
-    """End of the newest published hour under ``root`` (None before the first), for runs without an event."""
-    starts = published_hour_starts(root)
-    return starts[-1] + timedelta(hours=1) if starts else None
+    """End of the newest published hour under ``root`` (None before the first), for runs without an event and
+    for the store's retention. Reads manifests newest first and stops at the first: one read, not one per hour
+    kept."""
+    for start, folder in reversed(hour_folders(root, "metrics")):
+        if read_manifest(folder) is not None:
+            return start + timedelta(hours=1)
+    return None
 
 
 def write_frame(frame: pd.DataFrame, path: ObjectStoragePath, metadata: Mapping[str, str]) -> None:

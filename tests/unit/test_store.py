@@ -84,6 +84,7 @@ def test_published_hour_starts_lists_only_hours_with_a_manifest_oldest_first(
     half.mkdir(parents=True)
     (half / "gpu.parquet").write_text("half")
     assert store.published_hour_starts(root) == [HOUR.replace(day=28, hour=23), HOUR, HOUR.replace(hour=14)]
+    assert store.latest_published_end(root) == HOUR.replace(hour=15)  # the newer half-written hour is no end
 
 
 def _publish(root: store.ObjectStoragePath, hour: datetime) -> store.ObjectStoragePath:

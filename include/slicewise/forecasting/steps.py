@@ -168,8 +168,7 @@ def hourly_update(
     eval_from = split_steps(panel, spec)
     champion = registry.load_champion(tracking_uri, spec.name)
     set_aside = None
-    unfit = why_not_trained_on(champion.model, spec) if champion is not None else None
-    if champion is not None and unfit:
+    if champion is not None and (unfit := why_not_trained_on(champion.model, spec)):
         set_aside = champion.version
         log.warning(
             "champion v%s of %s %s: training from scratch; the gate compares the new version with the "
