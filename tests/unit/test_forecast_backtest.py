@@ -201,6 +201,37 @@ def test_update_epochs_train_each_update_after_the_first_fit_for_that_many_epoch
     ]
 
 
+def test_every_update_trains_on_the_windows_whose_targets_became_known_since_the_last(tmp_path: Path) -> None:
+    import itertools
+
+    import yaml
+
+    from slicewise.forecasting.spec import parse_spec
+    from slicewise.forecasting.training import training_end
+    from slicewise.forecasting.windows import make_windows
+
+    # Folds of an hour at a 60-minute horizon: the windows ending in the hour before an update's training end
+    # have no known target then, so only the next update can train on them. An update that skipped them
+    # (marking training done up to its training end) would find no new window at all.
+    csv = synthetic_csv(tmp_path / "trace.csv", hours=12, n_series=4)
+    panel = panel_from_long(pd.read_csv(csv), "timestamp_anon", "container_ip", "value", 60, 100.0)
+    spec_path = tiny_spec_file(tmp_path / "spec.yaml")
+    spec = backtest_spec(parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path)), 60, 60)
+    stride, horizon = spec.training.window_stride, spec.horizon_steps()[0]
+
+    result = run_backtest(panel, spec, 0.5, 60, folds=6, time_budget_s=600)
+
+    known_ends = [training_end(spec, fold["cut"], panel.step_s) - horizon for fold in result["folds"]]
+    assert all(later - earlier <= horizon for earlier, later in itertools.pairwise(known_ends))
+    for index, fold in enumerate(result["folds"][1:], start=1):
+        since = make_windows(panel, spec, stride=stride, first_step=known_ends[index - 1])
+        expected = int(np.sum(since.step < known_ends[index]))
+        assert expected > 0
+        assert fold["new_windows"] == expected
+        assert fold["epochs"] > 0
+        assert fold["fitted_windows"] > fold["new_windows"]  # and a replay of older windows
+
+
 # --- the CLI ----------------------------------------------------------------------------------------------------
 
 

@@ -151,8 +151,8 @@ def run_backtest(
 ) -> dict[str, Any]:
     """Train a fresh model on the first ``train_fraction`` of the panel's steps and score it on the rest —
     or, with ``folds`` > 1, roll the origin forward: the rest is cut into ``folds`` equal spans, and before
-    each span the model is updated incrementally on the data since the previous cut, as production does
-    hourly (expanding window).
+    each span the model is updated incrementally on the windows whose targets became known since its previous
+    update (with a replay of older ones), as production does hourly (expanding window).
 
     Each cut is one step in global time. Training windows (every ``spec.training.window_stride`` steps) come
     from the panel before :func:`~slicewise.forecasting.training.training_end`, as production's update: where
@@ -168,7 +168,8 @@ def run_backtest(
     Returns a JSON-safe dict: ``horizon_minutes``; ``folds``, one entry per span with its ``models`` (``"lstm"``
     — calibrated —, ``"lstm_uncalibrated"`` and every baseline, each to its metrics ``mae, smape, mase,
     pinball_p50, pinball_p90, under_provision_rate_p90`` for the shipped spec, NaN as ``None``, and ``n``),
-    ``cut``, ``end``, ``train_windows``, ``test_windows``, ``train_seconds``, ``epochs`` and ``calibration``
+    ``cut``, ``end``, ``train_windows``, ``test_windows``, ``train_seconds``, ``epochs``, ``fitted_windows``
+    and of those ``new_windows`` (the update's, not its replay), and ``calibration``
     (the log-factors per quantile); ``models``: the single fold's, or with several folds each metric's
     median over them; and for the record ``series``, ``steps``, ``step_s``, ``split_step`` (the first cut),
     ``train_windows``, ``test_windows``, ``train_seconds``, ``fitted_windows`` and ``epochs`` summed.
@@ -260,7 +261,9 @@ def run_backtest(
             references,
         )
         results.append(fold)
-        trained_to = max(trained_to, train_end)
+        # The windows of the last horizon before the training end have no known target yet: the next update
+        # takes them as new, as production's hourly update does.
+        trained_to = max(trained_to, train_end - max(spec.horizon_steps()))
     models = results[0]["models"] if folds == 1 else _median_models([r["models"] for r in results])
     return {
         "horizon_minutes": int(horizon_minutes),
@@ -292,7 +295,8 @@ def _fold(
     live: _Live | None = None,
     references: Mapping[str, Reference] | None = None,
 ) -> tuple[dict[str, Any], _Live]:
-    """Update ``model`` on the windows of ``[trained_to, train_end)`` (with a replay of older ones), calibrate
+    """Update ``model`` on the windows ending in ``[trained_to, train_end)`` whose targets are known before
+    ``train_end`` (with a replay of those ending before ``trained_to``), calibrate
     it on the windows between ``train_end`` and the cut (none when it trained up to the cut), score it on the
     windows ending in ``[cut, end)``; with ``expert_rules``, also the combinations fitted on ``live`` (the
     forecasts of earlier folds), returned with this fold's added."""
@@ -306,7 +310,8 @@ def _fold(
         new, replay = _new_and_replay(make_windows(panel.head(train_end), spec, stride=stride), spec)
     else:
         new = make_windows(panel.head(train_end), spec, stride=stride, first_step=trained_to)
-        replay = make_windows(panel.head(trained_to), spec, stride=stride)
+        older = make_windows(panel.head(train_end), spec, stride=stride)
+        replay = older.subset(np.flatnonzero(older.step < trained_to))
     report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
     factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
     if has_expert_mix(model):  # fitted on the same hour, after the calibration, as production does
@@ -391,6 +396,7 @@ def _fold(
         "test_windows": evaluation.windows,
         "train_seconds": round(report.seconds, 3),
         "fitted_windows": report.new_windows + report.replay_windows,
+        "new_windows": report.new_windows,
         "epochs": report.epochs,
     }, live
 
