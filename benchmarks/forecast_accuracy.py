@@ -10,8 +10,9 @@
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
 a fresh model trained on the first ``--first-fraction`` of the trace's time span, then, before each of the
-folds the rest is cut into, updated incrementally on the data since the previous cut and recalibrated on the
-hour before the cut, as production does hourly (expanding window); each fold is scored with every baseline.
+folds the rest is cut into, updated incrementally on the windows whose targets became known since its previous
+update (with a replay of older ones) and recalibrated on the hour before the cut, as production does hourly
+(expanding window); each fold is scored with every baseline.
 Prints, per fold, the LSTM's P90 pinball loss and MAE as ratios to the best baseline's (below 1: the LSTM is
 better), calibrated and as trained, and the P90's under-provisioning rate; then per (trace, horizon) the
 median over folds and seeds and the worst fold. One fold or one seed is weak evidence (fresh models on these
@@ -263,7 +264,7 @@ def main() -> None:
         type=int,
         default=None,
         help="most epochs of each update after the first fit (default: --epochs; the shipped spec's hourly "
-        "update trains 2, which --folds 12 needs to be production's cadence)",
+        "update trains 4, which --folds 12 needs to be production's cadence)",
     )
     parser.add_argument(
         "--replay-ratio",
