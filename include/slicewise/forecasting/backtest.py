@@ -225,6 +225,7 @@ def run_backtest(
     import keras
 
     from slicewise.forecasting.model import build_model
+    from slicewise.forecasting.training import known_end
 
     keras.utils.set_random_seed(
         seed
@@ -263,7 +264,7 @@ def run_backtest(
         results.append(fold)
         # The windows of the last horizon before the training end have no known target yet: the next update
         # takes them as new, as production's hourly update does.
-        trained_to = max(trained_to, train_end - max(spec.horizon_steps()))
+        trained_to = max(trained_to, known_end(spec, train_end))
     models = results[0]["models"] if folds == 1 else _median_models([r["models"] for r in results])
     return {
         "horizon_minutes": int(horizon_minutes),
@@ -310,8 +311,7 @@ def _fold(
         new, replay = _new_and_replay(make_windows(panel.head(train_end), spec, stride=stride), spec)
     else:
         new = make_windows(panel.head(train_end), spec, stride=stride, first_step=trained_to)
-        older = make_windows(panel.head(train_end), spec, stride=stride)
-        replay = older.subset(np.flatnonzero(older.step < trained_to))
+        replay = make_windows(panel.head(train_end), spec, stride=stride).ending_before(trained_to)
     report = train(model, spec, new, replay, seed=seed, time_budget_s=time_budget_s)
     factors, fitted = calibrate(model, panel, spec, train_end, cut, previous)
     if has_expert_mix(model):  # fitted on the same hour, after the calibration, as production does
@@ -330,8 +330,7 @@ def _fold(
 
         return predictor
 
-    windows = held_out_windows(panel, spec, cut)
-    windows = windows.subset(np.flatnonzero(windows.step < end))
+    windows = held_out_windows(panel, spec, cut).ending_before(end)
     predictors = {
         LSTM_UNCALIBRATED: with_factors(identity),
         LSTM: with_factors(factors, keep=bool(expert_rules)),

@@ -21,7 +21,7 @@ from slicewise.forecasting.evaluation import MODEL, Evaluation, evaluate
 from slicewise.forecasting.experts import MIX_EXPERTS
 from slicewise.forecasting.promotion import CHAMPION, Decision, decide
 from slicewise.forecasting.spec import ForecasterSpec
-from slicewise.forecasting.training import TrainReport, train
+from slicewise.forecasting.training import TrainReport, known_end, train
 from slicewise.forecasting.windows import (
     Panel,
     make_windows,
@@ -197,15 +197,17 @@ def hourly_update(
     # The newest windows with a known target end the longest horizon before train_end: those of the hour
     # before that are new. (Counted from train_end itself, every target lay past the data and the update
     # trained on nothing, from scratch too: epochs 0 in every version until 2026-12-07.)
-    known_end = max(0, train_end - max(spec.horizon_steps()))
-    newest_first = max(0, known_end - hour)
+    newest_first = max(0, known_end(spec, train_end) - hour)
     new = make_windows(history, spec, stride=spec.training.window_stride, first_step=newest_first)
     # Older history is thinned so that it yields about replay_ratio windows per new one, however long it is.
     replay_stride = max(
         spec.training.window_stride, newest_first // max(1, int(per_series * spec.training.replay_ratio))
     )
-    older = make_windows(history, spec, stride=replay_stride) if newest_first > 0 else None
-    replay = older.subset(np.flatnonzero(older.step < newest_first)) if older is not None else None
+    replay = (
+        make_windows(history, spec, stride=replay_stride).ending_before(newest_first)
+        if newest_first > 0
+        else None
+    )
     report: TrainReport = train(model, spec, new, replay, seed=seed)
     log.info("trained %s: %s", spec.name, report)
     identity = np.zeros((len(spec.horizons_minutes), len(spec.quantiles)))

@@ -123,6 +123,13 @@ def training_end(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
     return calibration_start(spec, eval_from, step_s) if fits_on_the_hour_after_training(spec) else eval_from
 
 
+def known_end(spec: ForecasterSpec, train_end: int) -> int:
+    """One past the newest step a training window may end at when the data ends at ``train_end``: a window
+    is trained on only once every horizon's target is known (:func:`~slicewise.forecasting.windows.make_windows`),
+    so those of the last horizon before ``train_end`` wait for the next update."""
+    return max(0, train_end - max(spec.horizon_steps()))
+
+
 def calibration_start(spec: ForecasterSpec, eval_from: int, step_s: int) -> int:
     """Where training ends so that an hour of calibration windows, their targets known, fits before
     ``eval_from``: ``eval_from`` less an hour less the longest horizon."""

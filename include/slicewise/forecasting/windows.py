@@ -134,6 +134,10 @@ class Windows:
         """The windows at ``index`` (positions or a boolean mask), in that order."""
         return Windows(self.inputs[index], self.targets[index], self.series[index], self.step[index])
 
+    def ending_before(self, step: int) -> Windows:
+        """The windows that end before ``step``."""
+        return self.subset(np.flatnonzero(self.step < step))
+
 
 def make_windows(
     panel: Panel, spec: ForecasterSpec, *, stride: int = 1, first_step: int = 0, require_targets: bool = True
