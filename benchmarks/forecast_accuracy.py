@@ -14,9 +14,12 @@ folds the rest is cut into, updated incrementally on the windows whose targets b
 update (with a replay of older ones) and recalibrated on the hour before the cut, as production does hourly
 (expanding window); each fold is scored with every baseline.
 Prints, per fold, the LSTM's P90 pinball loss and MAE as ratios to the best baseline's (below 1: the LSTM is
-better), calibrated and as trained, and the P90's under-provisioning rate; then per (trace, horizon) the
-median over folds and seeds and the worst fold. One fold or one seed is weak evidence (fresh models on these
-small traces differ by tens of points from seed to seed). Figures are printed, never asserted.
+better), calibrated and as trained, the P90's under-provisioning rate and the fleet's mean load in the fold
+and in the hour before its cut; then per (trace, horizon) the median over folds and seeds and the worst fold,
+and the same for the folds whose load fell by a quarter or more from the hour before, rose as much, or
+neither (the worst folds on GenAI are falls, which the EWMA follows within minutes). One fold or one seed is
+weak evidence (fresh models on these small traces differ by tens of points from seed to seed).
+Figures are printed, never asserted.
 
 ``--expert-weights`` adds, per fold, the LSTM combined per quantile with the baselines
 (:mod:`slicewise.forecasting.experts`): Hedge with each ``--expert-eta`` and/or follow-the-leader, the weights
@@ -167,6 +170,8 @@ def fold_rows(
             "under_raw": fold["models"]["lstm_uncalibrated"]["under_provision_rate_p90"],
             "baseline": best_baseline(fold["models"], "pinball_p90")[0],
             "calibration": fold["calibration"],
+            "load": fold["fleet_load"],
+            "load_before": fold["fleet_load_before"],
             "variants": {
                 name: (
                     ratio(fold["models"], "pinball_p90", name),
@@ -210,8 +215,40 @@ def fold_line(row: dict[str, Any]) -> str:
     return (
         f"{row['trace']:<7} {row['horizon']:>3} {row['seed']:>4} {row['fold']:>4} {_fmt(row['p90']):>8} "
         f"{_fmt(row['p90_raw']):>8} {_fmt(row['mae']):>8} {_fmt(row['under']):>7} {_fmt(row['under_raw']):>7} "
-        f"{row['baseline']:>16}  {factors}"
+        f"{row['baseline']:>16}  {factors}  load {_fmt(row['load'])} ({_fmt(row['load_before'])} before)"
     )
+
+
+#: A fold's fleet load this far below (above) the hour before its cut counts as a fall (a rise).
+LOAD_TURN = 0.25
+
+
+def load_turn(row: dict[str, Any]) -> str:
+    """``fall``, ``rise`` or ``level``: the fleet's mean load in the fold against the hour before its cut."""
+    load, before = row["load"], row["load_before"]
+    if load is None or not before:
+        return "level"
+    if load <= (1 - LOAD_TURN) * before:
+        return "fall"
+    return "rise" if load >= (1 + LOAD_TURN) * before else "level"
+
+
+def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per kind of turn: the folds, and their P90 pinball ratio median / worst and median under-provisioning."""
+    import numpy as np
+
+    first, lines = rows[0], []
+    for turn in ("fall", "level", "rise"):
+        mine = [r for r in rows if load_turn(r) == turn and r["p90"] is not None]
+        if not mine:
+            continue
+        p90 = [r["p90"] for r in mine]
+        under = [r["under"] for r in mine if r["under"] is not None]
+        lines.append(
+            f"{first['trace']:<7} {first['horizon']:>3} {turn:<6} {len(mine):>5} {float(np.median(p90)):>10.3f} "
+            f"{max(p90):>10.3f} {float(np.median(under)) if under else float('nan'):>7.3f}"
+        )
+    return lines
 
 
 def summary_line(rows: list[dict[str, Any]]) -> str:
@@ -436,6 +473,7 @@ def main() -> None:
     began = time.perf_counter()
     rows: list[dict[str, Any]] = []
     summaries: list[str] = []
+    turns: list[str] = []
     variants: list[str] = []
     for trace, panel, trace_spec in trace_panels(args, spec):
         for horizon in args.horizons:
@@ -465,6 +503,7 @@ def main() -> None:
             rows += mine
             if mine:
                 summaries.append(summary_line(mine))
+                turns += load_turn_lines(mine)
                 variants += variant_lines(mine)
 
     print(
@@ -483,6 +522,12 @@ def main() -> None:
         f"{'raw worst':>10} {'mae md':>8} {'mae wst':>8} {'mae raw':>8} {'under':>7} {'under raw':>9}"
     )
     print("\n".join(summaries))
+    print(
+        f"\nBy the fleet's mean load in the fold against the hour before its cut (fall / rise: by "
+        f"{LOAD_TURN:.0%} or more)"
+    )
+    print(f"{'trace':<7} {'h':>3} {'load':<6} {'folds':>5} {'p90 median':>10} {'p90 worst':>10} {'under':>7}")
+    print("\n".join(turns))
     if rules or references:
         print(
             "\nVariants and references, over folds and seeds (ratios to the best baseline; w lstm: the LSTM's "

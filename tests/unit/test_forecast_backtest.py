@@ -201,6 +201,29 @@ def test_update_epochs_train_each_update_after_the_first_fit_for_that_many_epoch
     ]
 
 
+def test_each_fold_reports_the_fleets_mean_load_over_its_span_and_the_hour_before_its_cut(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from slicewise.forecasting.spec import parse_spec
+
+    # Three pods whose load rises by 0.001 a step, so a span's mean is its middle step's: a wrong span shows.
+    rows = [(T0 + 60 * step, f"pod-{pod}", step / 10) for pod in range(3) for step in range(8 * 60)]
+    panel = panel_from_long(long(rows), "ts", "pod", "util", 60, 100.0)
+    spec_path = tiny_spec_file(tmp_path / "spec.yaml")
+    spec = backtest_spec(parse_spec(yaml.safe_load(spec_path.read_text()), str(spec_path)), 15, 60)
+
+    result = run_backtest(panel, spec, 0.5, 15, folds=2, time_budget_s=600, update_epochs=1)
+
+    (first, second) = result["folds"]
+    assert (first["cut"], first["end"], second["end"]) == (240, 360, 480)
+    assert first["fleet_load"] == pytest.approx(0.2995)  # steps 240-359
+    assert first["fleet_load_before"] == pytest.approx(0.2095)  # steps 180-239
+    assert second["fleet_load"] == pytest.approx(0.4195)  # steps 360-479
+    assert second["fleet_load_before"] == pytest.approx(0.3295)  # steps 300-359
+
+
 def test_every_update_trains_on_the_windows_whose_targets_became_known_since_the_last(tmp_path: Path) -> None:
     import itertools
 

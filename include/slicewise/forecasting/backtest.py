@@ -169,10 +169,12 @@ def run_backtest(
     — calibrated —, ``"lstm_uncalibrated"`` and every baseline, each to its metrics ``mae, smape, mase,
     pinball_p50, pinball_p90, under_provision_rate_p90`` for the shipped spec, NaN as ``None``, and ``n``),
     ``cut``, ``end``, ``train_windows``, ``test_windows``, ``train_seconds``, ``epochs``, ``fitted_windows``
-    and of those ``new_windows`` (the update's, not its replay), and ``calibration``
-    (the log-factors per quantile); ``models``: the single fold's, or with several folds each metric's
-    median over them; and for the record ``series``, ``steps``, ``step_s``, ``split_step`` (the first cut),
-    ``train_windows``, ``test_windows``, ``train_seconds``, ``fitted_windows`` and ``epochs`` summed.
+    and of those ``new_windows`` (the update's, not its replay), ``calibration`` (the log-factors per quantile),
+    and the fleet's mean load over the span (``fleet_load``) and over the hour before its cut
+    (``fleet_load_before``: the worst folds on the public traces are hours the load falls); ``models``: the
+    single fold's, or with several folds each metric's median over them; and for the record ``series``,
+    ``steps``, ``step_s``, ``split_step`` (the first cut), ``train_windows``, ``test_windows``,
+    ``train_seconds``, ``fitted_windows`` and ``epochs`` summed.
 
     Each of ``expert_rules`` (:mod:`slicewise.forecasting.experts`) adds a model named after it: per quantile,
     a convex combination of the calibrated LSTM's forecast and the baselines', weighted by their pinball losses
@@ -386,6 +388,8 @@ def _fold(
     return {
         "cut": cut,
         "end": end,
+        "fleet_load": _mean_fleet_load(panel, cut, end),
+        "fleet_load_before": _mean_fleet_load(panel, max(0, cut - _hour_steps(panel)), cut),
         "models": models,
         "expert_weights": expert_weights,
         "expert_corrections": expert_corrections,
@@ -398,6 +402,16 @@ def _fold(
         "new_windows": report.new_windows,
         "epochs": report.epochs,
     }, live
+
+
+def _hour_steps(panel: Panel) -> int:
+    return max(1, round(3600 / panel.step_s))
+
+
+def _mean_fleet_load(panel: Panel, start: int, stop: int) -> float | None:
+    """The fleet's mean load per step (:meth:`Panel.fleet`) averaged over steps ``[start, stop)``; None for none."""
+    loads = panel.fleet()[start:stop]
+    return round(float(loads.mean()), 6) if len(loads) else None
 
 
 def _train_end(spec: ForecasterSpec, cut: int, step_s: int, expert_rules: Sequence[ExpertRule]) -> int:
