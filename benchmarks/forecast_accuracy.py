@@ -224,13 +224,14 @@ LOAD_TURN = 0.25
 
 
 def load_turn(row: dict[str, Any]) -> str:
-    """``fall``, ``rise`` or ``level``: the fleet's mean load in the fold against the hour before its cut."""
+    """``fall``, ``rise`` or ``neither``: the fleet's mean load in the fold against the hour before its cut
+    (``neither`` too where either is unknown or the hour before had no load)."""
     load, before = row["load"], row["load_before"]
     if load is None or not before:
-        return "level"
+        return "neither"
     if load <= (1 - LOAD_TURN) * before:
         return "fall"
-    return "rise" if load >= (1 + LOAD_TURN) * before else "level"
+    return "rise" if load >= (1 + LOAD_TURN) * before else "neither"
 
 
 def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -238,14 +239,14 @@ def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
     import numpy as np
 
     first, lines = rows[0], []
-    for turn in ("fall", "level", "rise"):
+    for turn in ("fall", "neither", "rise"):
         mine = [r for r in rows if load_turn(r) == turn and r["p90"] is not None]
         if not mine:
             continue
         p90 = [r["p90"] for r in mine]
         under = [r["under"] for r in mine if r["under"] is not None]
         lines.append(
-            f"{first['trace']:<7} {first['horizon']:>3} {turn:<6} {len(mine):>5} {float(np.median(p90)):>10.3f} "
+            f"{first['trace']:<7} {first['horizon']:>3} {turn:<7} {len(mine):>5} {float(np.median(p90)):>10.3f} "
             f"{max(p90):>10.3f} {float(np.median(under)) if under else float('nan'):>7.3f}"
         )
     return lines
@@ -526,7 +527,7 @@ def main() -> None:
         f"\nBy the fleet's mean load in the fold against the hour before its cut (fall / rise: by "
         f"{LOAD_TURN:.0%} or more)"
     )
-    print(f"{'trace':<7} {'h':>3} {'load':<6} {'folds':>5} {'p90 median':>10} {'p90 worst':>10} {'under':>7}")
+    print(f"{'trace':<7} {'h':>3} {'load':<7} {'folds':>5} {'p90 median':>10} {'p90 worst':>10} {'under':>7}")
     print("\n".join(turns))
     if rules or references:
         print(

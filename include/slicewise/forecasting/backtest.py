@@ -358,7 +358,7 @@ def _fold(
             panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
         )
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
-        hour = max(1, 3600 // panel.step_s)
+        hour = _hour_steps(panel)
         for rule in expert_rules:
             span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
             chosen = known_before(live.step, cut, steps, span)
@@ -405,7 +405,7 @@ def _fold(
 
 
 def _hour_steps(panel: Panel) -> int:
-    return max(1, round(3600 / panel.step_s))
+    return max(1, 3600 // panel.step_s)
 
 
 def _mean_fleet_load(panel: Panel, start: int, stop: int) -> float | None:
