@@ -235,20 +235,27 @@ def load_turn(row: dict[str, Any]) -> str:
 
 
 def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Per kind of turn: the folds, and their P90 pinball ratio median / worst and median under-provisioning."""
+    """Per model (the LSTM, then each variant and reference) and kind of turn: the folds, and their P90 pinball
+    ratio median / worst and median under-provisioning."""
     import numpy as np
 
     first, lines = rows[0], []
-    for turn in ("fall", "neither", "rise"):
-        mine = [r for r in rows if load_turn(r) == turn and r["p90"] is not None]
-        if not mine:
-            continue
-        p90 = [r["p90"] for r in mine]
-        under = [r["under"] for r in mine if r["under"] is not None]
-        lines.append(
-            f"{first['trace']:<7} {first['horizon']:>3} {turn:<7} {len(mine):>5} {float(np.median(p90)):>10.3f} "
-            f"{max(p90):>10.3f} {float(np.median(under)) if under else float('nan'):>7.3f}"
-        )
+    for name in first["variants"]:
+        for turn in ("fall", "neither", "rise"):
+            mine = [
+                r["variants"][name]
+                for r in rows
+                if load_turn(r) == turn and r["variants"][name][0] is not None
+            ]
+            if not mine:
+                continue
+            p90 = [v[0] for v in mine]
+            under = [v[2] for v in mine if v[2] is not None]
+            median_under = float(np.median(under)) if under else float("nan")
+            lines.append(
+                f"{first['trace']:<7} {first['horizon']:>3} {name:<24} {turn:<7} {len(mine):>5} "
+                f"{float(np.median(p90)):>10.3f} {max(p90):>10.3f} {median_under:>7.3f}"
+            )
     return lines
 
 
@@ -527,7 +534,10 @@ def main() -> None:
         f"\nBy the fleet's mean load in the fold against the hour before its cut (fall / rise: by "
         f"{LOAD_TURN:.0%} or more)"
     )
-    print(f"{'trace':<7} {'h':>3} {'load':<7} {'folds':>5} {'p90 median':>10} {'p90 worst':>10} {'under':>7}")
+    print(
+        f"{'trace':<7} {'h':>3} {'model':<24} {'load':<7} {'folds':>5} {'p90 median':>10} {'p90 worst':>10} "
+        f"{'under':>7}"
+    )
     print("\n".join(turns))
     if rules or references:
         print(
