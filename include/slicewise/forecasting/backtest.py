@@ -358,7 +358,7 @@ def _fold(
             panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
         )
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
-        hour = _hour_steps(panel)
+        hour = panel.hour_steps()
         for rule in expert_rules:
             span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
             chosen = known_before(live.step, cut, steps, span)
@@ -389,7 +389,7 @@ def _fold(
         "cut": cut,
         "end": end,
         "fleet_load": _mean_fleet_load(panel, cut, end),
-        "fleet_load_before": _mean_fleet_load(panel, max(0, cut - _hour_steps(panel)), cut),
+        "fleet_load_before": _mean_fleet_load(panel, max(0, cut - panel.hour_steps()), cut),
         "models": models,
         "expert_weights": expert_weights,
         "expert_corrections": expert_corrections,
@@ -402,10 +402,6 @@ def _fold(
         "new_windows": report.new_windows,
         "epochs": report.epochs,
     }, live
-
-
-def _hour_steps(panel: Panel) -> int:
-    return max(1, 3600 // panel.step_s)
 
 
 def _mean_fleet_load(panel: Panel, start: int, stop: int) -> float | None:

@@ -24,8 +24,7 @@ def _horizon_index(spec: ForecasterSpec, horizon_minutes: int) -> int:
 
 
 def _recent_memory(panel: Panel) -> np.ndarray:
-    hour = max(1, 3600 // panel.step_s)
-    recent = panel.memory[:, -hour:]
+    recent = panel.memory[:, -panel.hour_steps() :]
     out = np.full(len(panel.keys), np.nan)
     has = ~np.isnan(recent).all(axis=1) if recent.size else np.zeros(len(panel.keys), bool)
     if has.any():

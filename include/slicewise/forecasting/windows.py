@@ -63,6 +63,10 @@ class Panel:
         sums = np.where(observed, self.load, 0.0).sum(axis=0)
         return np.divide(sums, counts, out=np.zeros(self.load.shape[1]), where=counts > 0)
 
+    def hour_steps(self) -> int:
+        """Steps in an hour of this panel's grid (at least one)."""
+        return max(1, 3600 // self.step_s)
+
     def head(self, steps: int) -> Panel:
         """The panel's first ``steps`` steps (the past as of step ``steps``)."""
         return Panel(
