@@ -5,7 +5,7 @@
         [--only genai|philly]
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
         [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
-        [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2]
+        [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2] [--expert-trend 0 0.1]
         [--gbm-reference levels residual]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
@@ -27,7 +27,9 @@ fitted on the last ``--expert-hours`` hours of windows whose targets are known b
 and prints their ratios next to the shipped LSTM's. ``--expert-recalibrate shift`` and/or ``scale`` add each
 rule with its mix recalibrated on the same known windows (rows ``..._shift``, ``..._scale``; ``none``: as mixed),
 each ``--expert-recalibrate-min-hours`` H > 0 a copy that corrects only once those windows span H hours
-(``..._minHh``).
+(``..._minHh``); each ``--expert-trend`` band B > 0 a copy fitted per turn of the fleet's load (``..._trendB``,
+Mondrian: falls, rises and neither corrected apart). ``--expert-weights model`` is the LSTM alone, so its
+recalibrated rows correct the shipped model's own quantiles on every known window so far.
 
 ``--gbm-reference`` adds reference rows, not shipped: gradient-boosted quantile regression on hand-made window
 features (``benchmarks/quantile_gbm.py``), fitted afresh before every fold on every window the LSTM's update
@@ -378,9 +380,10 @@ def main() -> None:
     parser.add_argument(
         "--expert-weights",
         nargs="+",
-        choices=["hedge", "leader"],
+        choices=["hedge", "leader", "model"],
         default=[],
-        help="add the LSTM combined per quantile with the baselines by these rules (default: none)",
+        help="add the LSTM combined per quantile with the baselines by these rules; model: the LSTM alone, "
+        "to be recalibrated (default: none)",
     )
     parser.add_argument(
         "--expert-eta", type=float, nargs="+", default=[2.0, 5.0, 10.0], help="Hedge's eta (default 2 5 10)"
@@ -408,6 +411,14 @@ def main() -> None:
         help="hours the known windows must span before a mix is recalibrated (default 0)",
     )
     parser.add_argument(
+        "--expert-trend",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="bands B > 0 each add a copy of every recalibrated rule that corrects per turn of the fleet's load "
+        "(its last quarter hour B or more below / above its last hour; default 0: none)",
+    )
+    parser.add_argument(
         "--gbm-reference",
         nargs="+",
         choices=["levels", "residual"],
@@ -430,12 +441,13 @@ def main() -> None:
     from slicewise.forecasting.spec import load_specs
 
     rules = [
-        ExpertRule(kind, eta, hours, recalibrate, min_hours)
+        ExpertRule(kind, eta, hours, recalibrate, min_hours, trend)
         for kind in args.expert_weights
         for hours in args.expert_hours
         for eta in (args.expert_eta if kind == "hedge" else [0.0])
         for recalibrate in args.expert_recalibrate
         for min_hours in (args.expert_recalibrate_min_hours if recalibrate != "none" else [0.0])
+        for trend in (args.expert_trend if recalibrate != "none" else [0.0])
     ]
 
     from quantile_gbm import gbm_reference, gbm_residual_reference

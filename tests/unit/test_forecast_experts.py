@@ -106,6 +106,56 @@ def test_the_scale_correction_is_the_quantile_of_the_ratio_within_the_calibratio
     assert experts.corrections(actual, mix, (0.5, 0.9), experts.NONE).tolist() == [0.0, 0.0]
 
 
+def test_the_fleet_trend_is_its_last_quarter_hour_over_its_last_hour_and_buckets_into_turns() -> None:
+    from slicewise.forecasting.windows import FEATURES
+
+    fleet = FEATURES.index("fleet_load")
+    inputs = np.zeros((3, 90, len(FEATURES)))
+    # Hour steps 8: the last 8 steps of the window, and of those the last 2 (a quarter).
+    inputs[0, -8:, fleet] = [1, 1, 1, 1, 1, 1, 0.5, 0.5]  # hour mean 7/8, quarter 0.5: 4/7
+    inputs[1, -8:, fleet] = [0.2] * 6 + [0.4, 0.4]  # hour 0.25, quarter 0.4: 1.6
+    inputs[1, :-8, fleet] = 9.0  # before the hour: not read
+    trend = experts.fleet_trend(inputs, 8)
+    assert trend[:2].tolist() == pytest.approx([4 / 7, 1.6])
+    assert math.isnan(trend[2])  # an idle fleet has no turn
+    # Band 0.1: 4/7 is a fall, 1.6 a rise, no trend neither; 0.95 and 1.05 within the band, 0.9 on its edge.
+    assert experts.turns(trend, 0.1).tolist() == [0, 2, 1]
+    assert experts.turns(np.array([0.95, 1.05, 0.9, 1.1]), 0.1).tolist() == [1, 1, 0, 2]
+    assert experts.TURNS[0] == "fall" and experts.TURNS[2] == "rise"
+
+
+def test_a_trend_rule_shifts_falls_and_rises_apart_and_a_thin_turn_takes_the_pooled_shift() -> None:
+    # The model alone (weight 1 on it, whatever the baselines' losses): P50 0.5 and P90 0.6 on 200 known
+    # windows. In the 100 falls the load came in at 0.31 .. 0.40 (the model lagged, too high); in the 100 rises
+    # at 0.61 .. 0.70 (too low). Per turn, the P90's shift is the 90th of actual - 0.6: -0.21 in falls
+    # (0.39 - 0.6) and +0.09 in rises (0.69 - 0.6); pooled, the 90th of all 200, +0.08 (0.68 - 0.6).
+    actual = np.concatenate([0.30 + np.arange(1, 101) / 1000, 0.60 + np.arange(1, 101) / 1000])
+    history = np.zeros((200, 2, 2))
+    history[:, :, 0] = [0.5, 0.6]
+    history[:, :, 1] = 0.35  # a baseline better than the model on the falls: no weight for the model rule
+    trend = np.concatenate([np.full(100, 0.5), np.full(100, 1.5)])
+    scored = np.zeros((3, 2, 2))
+    scored[:, :, 0] = [0.5, 0.6]
+    scored_trend = np.array([0.5, 1.5, 1.0])
+    rule = ExpertRule("model", hours=0.0, recalibrate="shift", trend=0.1)
+    forecast, fitted, by_turn = experts.combined_quantiles(
+        actual, history, scored, (0.5, 0.9), rule, history_trend=trend, scored_trend=scored_trend
+    )
+    assert fitted.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+    # Rows fall, neither, rise. Neither has no known window: it takes the pooled shift (P50: the median of
+    # actual - 0.5, 0.40 - 0.5 = -0.10 among 200 windows, the 100th smallest).
+    assert by_turn[0].tolist() == pytest.approx([0.35 - 0.5, 0.39 - 0.6])
+    assert by_turn[2].tolist() == pytest.approx([0.65 - 0.5, 0.69 - 0.6])
+    assert by_turn[1].tolist() == pytest.approx([0.40 - 0.5, 0.68 - 0.6])
+    assert forecast.ravel().tolist() == pytest.approx([0.35, 0.39, 0.65, 0.69, 0.40, 0.68])
+    # Each turn's P90 covers 90 % of that turn's known windows, which the pooled shift does not do for falls.
+    assert np.mean(actual[:100] <= 0.6 + by_turn[0, 1] + 1e-12) == pytest.approx(0.9)
+    assert np.mean(actual[:100] <= 0.6 + by_turn[1, 1]) == 1.0
+    # Without the trends there is nothing to bucket by.
+    with pytest.raises(ValueError, match="trends"):
+        experts.combined_quantiles(actual, history, scored, (0.5, 0.9), rule)
+
+
 def test_known_windows_are_those_whose_target_lies_before_the_cut() -> None:
     step = np.arange(10)
     # Cut 8, horizon 2: a window ending at step s has its target by s + 2, known before 8 for s < 6.
@@ -151,6 +201,13 @@ def test_rule_names_and_bad_rules() -> None:
         ExpertRule("leader", recalibrate="shift", min_hours=-1.0)
     with pytest.raises(ValueError, match="recalibrate"):
         ExpertRule("hedge", recalibrate="conformal")
+    assert ExpertRule("model", hours=0.0, recalibrate="shift", min_hours=2.0, trend=0.1).name == (
+        "lstm_model_all_shift_min2h_trend0.1"
+    )
+    with pytest.raises(ValueError, match="trend band needs a recalibration"):
+        ExpertRule("model", trend=0.1)
+    with pytest.raises(ValueError, match="negative"):
+        ExpertRule("model", recalibrate="shift", trend=-0.1)
 
 
 def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_the_cut(
@@ -175,6 +232,7 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift"),
         ExpertRule("leader", hours=0.0, recalibrate="scale"),
         ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift", min_hours=2.0),
+        ExpertRule("model", hours=0.0, recalibrate="shift", trend=0.05),
     ]
     # Training bounded by its epochs, not the clock: a time budget stops a slow run (a loaded machine) an epoch
     # earlier than a fast one, and the two runs below must train the same models to compare their weights.
@@ -198,9 +256,17 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
             "lstm_hedge5_all_shift",
             "lstm_leader_all_scale",
             "lstm_hedge5_all_shift_min2h",
+            "lstm_model_all_shift_trend0.05",
         }
-        for correction in fold["expert_corrections"].values():
-            assert set(correction) == {"p50", "p90"} and all(math.isfinite(c) for c in correction.values())
+        for name, correction in fold["expert_corrections"].items():
+            assert all(math.isfinite(c) for c in correction.values())
+            if name != "lstm_model_all_shift_trend0.05":
+                assert set(correction) == {"p50", "p90"}
+        per_turn = fold["expert_corrections"]["lstm_model_all_shift_trend0.05"]
+        assert set(per_turn) == {f"p{q}_{turn}" for q in (50, 90) for turn in experts.TURNS}
+        assert fold["expert_weights"]["lstm_model_all_shift_trend0.05"]["p90"] == [1.0] + [0.0] * len(
+            BASELINES
+        )
     # Before the first cut only the calibration hour is known: too short a span for min_hours 2.
     assert result["folds"][0]["expert_corrections"]["lstm_hedge5_all_shift_min2h"] == {"p50": 0.0, "p90": 0.0}
     # No lookahead: a burst from the last cut on (targets no fold's fit could know) changes what the last fold

@@ -347,24 +347,36 @@ def _fold(
     expert_weights: dict[str, dict[str, list[float]]] = {}
     expert_corrections: dict[str, dict[str, float]] = {}
     if expert_rules:
-        from slicewise.forecasting.experts import NONE, combined_quantiles, known_before
+        from slicewise.forecasting.experts import NONE, TURNS, combined_quantiles, fleet_trend, known_before
 
         steps = spec.horizon_steps()[0]
+        hour = panel.hour_steps()
         if not len(live.step):  # before the first cut: the calibration hour, unseen in training
             known = make_windows(panel.head(cut), spec, stride=1, first_step=train_end)
             set_calibration(model, factors)
-            live = live.plus(known, _expert_forecasts(panel, steps, known, predict(model, known.inputs)))
+            live = live.plus(
+                known,
+                _expert_forecasts(panel, steps, known, predict(model, known.inputs)),
+                fleet_trend(known.inputs, hour),
+            )
         scored = _expert_forecasts(
             panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
         )
+        scored_trend = fleet_trend(windows.inputs, hour)
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
-        hour = panel.hour_steps()
         for rule in expert_rules:
             span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
             chosen = known_before(live.step, cut, steps, span)
             span_h = (np.ptp(live.step[chosen]) + 1) / hour if chosen.any() else 0.0
             forecast, mix, correction = combined_quantiles(
-                live.actual[chosen], live.forecasts[chosen], scored, spec.quantiles, rule, float(span_h)
+                live.actual[chosen],
+                live.forecasts[chosen],
+                scored,
+                spec.quantiles,
+                rule,
+                float(span_h),
+                live.trend[chosen],
+                scored_trend,
             )
             by_q = {q: forecast[:, j] for j, q in enumerate(spec.quantiles)}
             models[rule.name] = _json_metrics(
@@ -380,11 +392,14 @@ def _fold(
                 for j, q in enumerate(spec.quantiles)
             }
             if rule.recalibrate != NONE:
+                by_turn = correction[None, :] if correction.ndim == 1 else correction
+                suffixes = [""] if correction.ndim == 1 else [f"_{turn}" for turn in TURNS]
                 expert_corrections[rule.name] = {
-                    f"p{round(q * 100)}": round(float(c), 4)
-                    for q, c in zip(spec.quantiles, correction, strict=True)
+                    f"p{round(q * 100)}{suffix}": round(float(c), 4)
+                    for suffix, row in zip(suffixes, by_turn, strict=True)
+                    for q, c in zip(spec.quantiles, row, strict=True)
                 }
-        live = live.plus(windows, scored)
+        live = live.plus(windows, scored, scored_trend)
     return {
         "cut": cut,
         "end": end,
@@ -427,22 +442,24 @@ def _experts() -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class _Live:
-    """Windows forecast so far, for expert weighting: each one's last step, realised target and the experts'
-    forecasts (windows, quantiles, experts)."""
+    """Windows forecast so far, for expert weighting: each one's last step, realised target, the experts'
+    forecasts (windows, quantiles, experts) and the fleet's trend at its end (:func:`experts.fleet_trend`)."""
 
     step: np.ndarray
     actual: np.ndarray
     forecasts: np.ndarray
+    trend: np.ndarray
 
     @staticmethod
     def empty(quantiles: int, experts: int) -> _Live:
-        return _Live(np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, quantiles, experts)))
+        return _Live(np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, quantiles, experts)), np.empty(0))
 
-    def plus(self, windows: Windows, forecasts: np.ndarray) -> _Live:
+    def plus(self, windows: Windows, forecasts: np.ndarray, trend: np.ndarray) -> _Live:
         return _Live(
             np.concatenate([self.step, windows.step]),
             np.concatenate([self.actual, windows.targets[:, 0].astype(float)]),
             np.concatenate([self.forecasts, forecasts]),
+            np.concatenate([self.trend, trend]),
         )
 
 

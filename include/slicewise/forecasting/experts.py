@@ -8,6 +8,7 @@ weighted by how they fared on windows whose targets are already known (never the
   mean pinball loss at tau over those windows. Dividing by the experts' mean loss makes ``eta`` scale-free (a
   trough and a busy hour get equally sharp weights); ``eta`` 0 is the plain average, a large ``eta`` the leader.
 - ``leader`` (follow the leader): all weight on the expert with the lowest ``L_k``.
+- ``model``: all weight on the model, so that a recalibration (below) corrects the model's own quantiles.
 
 An expert with no forecast on any known window (a seasonal baseline with less than a day of history) gets no
 weight; on a window where a weighted expert has no forecast, the others' weights are renormalised.
@@ -25,6 +26,13 @@ of the mix is corrected on the same known windows, as the mix (those weights) wo
 
 Either is left out (no correction) where fewer than ``calibration.MIN_WINDOWS`` known windows are usable, or
 where they span less than the rule's ``min_hours`` (one hour of windows is many windows but one regime).
+
+A rule with a ``trend`` band fits that correction per *turn* of the fleet's load (Mondrian conformal: each
+window is corrected by the known windows of its own kind): a window whose fleet load over its last quarter hour
+is ``trend`` or more below its mean over the last hour is a ``fall``, as far above it a ``rise``, else
+``neither`` (:func:`fleet_trend`, :func:`turns`). A forecaster that lags the load errs one way in falls and the
+other in rises, which one correction for all windows averages away. A turn with fewer than
+``calibration.MIN_WINDOWS`` known windows takes the correction fitted on all of them.
 Pure numpy; :func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
 ``benchmarks/forecast_accuracy.py --expert-weights`` prints them (figures in docs/benchmarks.md).
 """
@@ -36,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slicewise.forecasting import calibration
+from slicewise.forecasting.windows import FEATURES
 
 #: The experts a model's expert mix (``spec.expert_mix``, :class:`slicewise.forecasting.model.ExpertMix`)
 #: weighs: the calibrated model, then the window's simple forecasts as the model's anchors read them (the
@@ -43,6 +52,9 @@ from slicewise.forecasting import calibration
 MIX_EXPERTS = ("model", "last_value", "mean_last_hour", "ewma_last_hour", "p90_last_hour", "always_zero")
 HEDGE = "hedge"
 LEADER = "leader"
+MODEL = "model"
+#: The turns of the fleet's load a ``trend`` rule corrects apart, in the order of :func:`turns`' values.
+TURNS = ("fall", "neither", "rise")
 #: Recalibration of the mix: none, an additive conformal shift, or a multiplicative factor.
 NONE = "none"
 SHIFT = "shift"
@@ -51,37 +63,45 @@ SCALE = "scale"
 
 @dataclass(frozen=True)
 class ExpertRule:
-    """How the weights are fitted: ``kind`` (``hedge`` or ``leader``), ``eta`` (hedge only), and ``hours`` of
-    known windows before the cut they are fitted on (0: every known window so far); ``recalibrate``
+    """How the weights are fitted: ``kind`` (``hedge``, ``leader`` or ``model``), ``eta`` (hedge only), and
+    ``hours`` of known windows before the cut they are fitted on (0: every known window so far); ``recalibrate``
     (``none``, ``shift`` or ``scale``): how the mix is then corrected on those windows, and only once they span
-    at least ``min_hours`` hours."""
+    at least ``min_hours`` hours; ``trend`` > 0: that correction fitted per turn of the fleet's load (a band,
+    see the module's docstring; a recalibration needed)."""
 
     kind: str
     eta: float = 0.0
     hours: float = 1.0
     recalibrate: str = NONE
     min_hours: float = 0.0
+    trend: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in (HEDGE, LEADER):
-            raise ValueError(f"kind must be {HEDGE!r} or {LEADER!r}, got {self.kind!r}")
-        if self.eta < 0 or self.hours < 0 or self.min_hours < 0:
+        if self.kind not in (HEDGE, LEADER, MODEL):
+            raise ValueError(f"kind must be {HEDGE!r}, {LEADER!r} or {MODEL!r}, got {self.kind!r}")
+        if self.eta < 0 or self.hours < 0 or self.min_hours < 0 or self.trend < 0:
             raise ValueError(
-                f"eta, hours and min_hours must not be negative, got {self.eta!r}, {self.hours!r}, "
-                f"{self.min_hours!r}"
+                f"eta, hours, min_hours and trend must not be negative, got {self.eta!r}, {self.hours!r}, "
+                f"{self.min_hours!r}, {self.trend!r}"
             )
         if self.recalibrate not in (NONE, SHIFT, SCALE):
             raise ValueError(
                 f"recalibrate must be {NONE!r}, {SHIFT!r} or {SCALE!r}, got {self.recalibrate!r}"
             )
+        if self.trend > 0 and self.recalibrate == NONE:
+            raise ValueError("a trend band needs a recalibration (shift or scale) to fit per turn")
 
     @property
     def name(self) -> str:
         span = "all" if self.hours == 0 else f"{self.hours:g}h"
-        base = f"lstm_{self.kind}_{span}" if self.kind == LEADER else f"lstm_hedge{self.eta:g}_{span}"
+        base = f"lstm_hedge{self.eta:g}_{span}" if self.kind == HEDGE else f"lstm_{self.kind}_{span}"
         if self.recalibrate == NONE:
             return base
-        return f"{base}_{self.recalibrate}" + (f"_min{self.min_hours:g}h" if self.min_hours > 0 else "")
+        return (
+            f"{base}_{self.recalibrate}"
+            + (f"_min{self.min_hours:g}h" if self.min_hours > 0 else "")
+            + (f"_trend{self.trend:g}" if self.trend > 0 else "")
+        )
 
 
 def known_before(step: np.ndarray, cut: int, horizon_steps: int, span_steps: int = 0) -> np.ndarray:
@@ -91,6 +111,25 @@ def known_before(step: np.ndarray, cut: int, horizon_steps: int, span_steps: int
     newest = cut - horizon_steps
     mask = step < newest
     return mask & (step >= newest - span_steps) if span_steps > 0 else mask
+
+
+def fleet_trend(inputs: np.ndarray, hour_steps: int) -> np.ndarray:
+    """(n,) per window of ``inputs`` (n, window_steps, features): the fleet's mean load over its last quarter
+    hour over that over its last hour (both ending at the window's last step; the hour capped at the window).
+    NaN where the hour's mean is not positive: an idle fleet has no turn."""
+    fleet = inputs[:, :, FEATURES.index("fleet_load")].astype(np.float64)
+    hour = fleet[:, -max(1, min(hour_steps, fleet.shape[1])) :].mean(axis=1) if len(fleet) else np.empty(0)
+    recent = fleet[:, -max(1, hour_steps // 4) :].mean(axis=1) if len(fleet) else np.empty(0)
+    return np.divide(recent, hour, out=np.full(len(fleet), np.nan), where=hour > 0)
+
+
+def turns(trend: np.ndarray, band: float) -> np.ndarray:
+    """(n,) index into :data:`TURNS` of each window's ``trend`` (from :func:`fleet_trend`): 0 (fall) at or
+    below ``1 - band``, 2 (rise) at or above ``1 + band``, else 1 (neither, NaN included)."""
+    out = np.ones(len(trend), dtype=np.int64)
+    out[trend <= 1 - band] = 0
+    out[trend >= 1 + band] = 2
+    return out
 
 
 def pinball_losses(actual: np.ndarray, forecasts: np.ndarray, tau: float) -> np.ndarray:
@@ -128,6 +167,9 @@ def weights(losses: np.ndarray, rule: ExpertRule) -> np.ndarray:
     known = np.isfinite(losses)
     out = np.zeros(losses.shape)
     if not known.any():
+        return out
+    if rule.kind == MODEL:
+        out[0] = 1.0 if known[0] else 0.0
         return out
     if rule.kind == LEADER:
         out[np.flatnonzero(known)[np.argmin(losses[known])]] = 1.0
@@ -198,13 +240,17 @@ def combined_quantiles(
     levels: tuple[float, ...],
     rule: ExpertRule,
     history_hours: float = np.inf,
+    history_trend: np.ndarray | None = None,
+    scored_trend: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit the weights per quantile on ``history`` (m, quantiles, experts) against ``history_actual`` (m,) and
     apply them to ``scored`` (n, quantiles, experts); with ``rule.recalibrate``, and a history spanning
     ``history_hours`` of at least ``rule.min_hours``, correct the mix by :func:`corrections` fitted on the
-    history as the mix forecast it. Returns the (n, quantiles) forecasts, kept from crossing by a running
-    maximum along the quantile axis, the (quantiles, experts) weights and the (quantiles,) corrections (0
-    without recalibration)."""
+    history as the mix forecast it; with ``rule.trend``, per turn (:func:`turn_corrections`) of the windows'
+    :func:`fleet_trend` (``history_trend`` (m,), ``scored_trend`` (n,), both needed). Returns the (n,
+    quantiles) forecasts, kept from crossing by a running maximum along the quantile axis, the (quantiles,
+    experts) weights and the corrections: (quantiles,), or (turns, quantiles) with a trend (0 without
+    recalibration)."""
     fitted = np.stack(
         [weights(pinball_losses(history_actual, history[:, j], tau), rule) for j, tau in enumerate(levels)]
     )
@@ -214,5 +260,31 @@ def combined_quantiles(
         return np.fmax.accumulate(combined, axis=1)
 
     mode = rule.recalibrate if history_hours >= rule.min_hours else NONE
-    correction = corrections(history_actual, mix(history), levels, mode)
-    return recalibrated(mix(scored), correction, rule.recalibrate), fitted, correction
+    if rule.trend <= 0:
+        correction = corrections(history_actual, mix(history), levels, mode)
+        return recalibrated(mix(scored), correction, rule.recalibrate), fitted, correction
+    if history_trend is None or scored_trend is None:
+        raise ValueError(f"{rule.name} corrects per turn of the load: the windows' trends are needed")
+    by_turn = turn_corrections(history_actual, mix(history), turns(history_trend, rule.trend), levels, mode)
+    mixed, turn = mix(scored), turns(scored_trend, rule.trend)
+    out = np.empty_like(mixed)
+    for index in range(len(TURNS)):
+        mine = turn == index
+        out[mine] = recalibrated(mixed[mine], by_turn[index], rule.recalibrate)
+    return out, fitted, by_turn
+
+
+def turn_corrections(
+    actual: np.ndarray, mix: np.ndarray, turn: np.ndarray, levels: tuple[float, ...], mode: str
+) -> np.ndarray:
+    """(turns, quantiles): :func:`corrections` fitted on each turn's windows (``turn`` (m,), indices into
+    :data:`TURNS`), or on all of them for a turn with fewer than ``calibration.MIN_WINDOWS``."""
+    pooled = corrections(actual, mix, levels, mode)
+    return np.stack(
+        [
+            corrections(actual[turn == index], mix[turn == index], levels, mode)
+            if (turn == index).sum() >= calibration.MIN_WINDOWS
+            else pooled
+            for index in range(len(TURNS))
+        ]
+    )
