@@ -6,6 +6,7 @@
         [--calibration-gain G] [--calibration-hours N] [--calibration-dead-band B]
         [--expert-weights hedge leader] [--expert-eta 2 5 10] [--expert-hours 1 0]
         [--expert-recalibrate none shift scale] [--expert-recalibrate-min-hours 0 2] [--expert-trend 0 0.1]
+        [--expert-trend-span quarter hour]
         [--gbm-reference levels residual]
 
 Each (trace, horizon, seed) is one :func:`slicewise.forecasting.backtest.run_backtest` with ``--folds`` folds:
@@ -28,8 +29,10 @@ and prints their ratios next to the shipped LSTM's. ``--expert-recalibrate shift
 rule with its mix recalibrated on the same known windows (rows ``..._shift``, ``..._scale``; ``none``: as mixed),
 each ``--expert-recalibrate-min-hours`` H > 0 a copy that corrects only once those windows span H hours
 (``..._minHh``); each ``--expert-trend`` band B > 0 a copy fitted per turn of the fleet's load (``..._trendB``,
-Mondrian: falls, rises and neither corrected apart). ``--expert-weights model`` is the LSTM alone, so its
-recalibrated rows correct the shipped model's own quantiles on every known window so far.
+Mondrian: falls, rises and neither corrected apart), by its last quarter hour against its last hour, or with
+``--expert-trend-span hour`` its last hour against the hour before (``..._hourtrendB``). ``--expert-weights
+model`` is the LSTM alone, so its recalibrated rows correct the shipped model's own quantiles on every known
+window so far.
 
 ``--gbm-reference`` adds reference rows, not shipped: gradient-boosted quantile regression on hand-made window
 features (``benchmarks/quantile_gbm.py``), fitted afresh before every fold on every window the LSTM's update
@@ -419,6 +422,14 @@ def main() -> None:
         "(its last quarter hour B or more below / above its last hour; default 0: none)",
     )
     parser.add_argument(
+        "--expert-trend-span",
+        nargs="+",
+        choices=["quarter", "hour"],
+        default=["quarter"],
+        help="what a trend compares: the last quarter hour with the last hour, and/or the last hour with the "
+        "hour before (default quarter)",
+    )
+    parser.add_argument(
         "--gbm-reference",
         nargs="+",
         choices=["levels", "residual"],
@@ -441,13 +452,14 @@ def main() -> None:
     from slicewise.forecasting.spec import load_specs
 
     rules = [
-        ExpertRule(kind, eta, hours, recalibrate, min_hours, trend)
+        ExpertRule(kind, eta, hours, recalibrate, min_hours, trend, span)
         for kind in args.expert_weights
         for hours in args.expert_hours
         for eta in (args.expert_eta if kind == "hedge" else [0.0])
         for recalibrate in args.expert_recalibrate
         for min_hours in (args.expert_recalibrate_min_hours if recalibrate != "none" else [0.0])
         for trend in (args.expert_trend if recalibrate != "none" else [0.0])
+        for span in (args.expert_trend_span if trend > 0 else ["quarter"])
     ]
 
     from quantile_gbm import gbm_reference, gbm_residual_reference

@@ -122,6 +122,15 @@ def test_the_fleet_trend_is_its_last_quarter_hour_over_its_last_hour_and_buckets
     assert experts.turns(trend, 0.1).tolist() == [0, 2, 1]
     assert experts.turns(np.array([0.95, 1.05, 0.9, 1.1]), 0.1).tolist() == [1, 1, 0, 2]
     assert experts.TURNS[0] == "fall" and experts.TURNS[2] == "rise"
+    # Hour span, hour steps 4: the last 4 steps' mean over the 4 before them; a window of 6 has only 2 before.
+    hourly = np.zeros((2, 6, len(FEATURES)))
+    hourly[0, :, fleet] = [9, 9, 1, 1, 2, 2]  # last 4: 1.5; the 4 before: the window's first 2 only, 9
+    hourly[1, :, fleet] = [0, 0, 1, 1, 1, 1]  # nothing before the hour: no trend
+    assert experts.fleet_trend(hourly, 4, "hour")[0] == pytest.approx(1.5 / 9)
+    assert math.isnan(experts.fleet_trend(hourly, 4, "hour")[1])
+    assert math.isnan(
+        experts.fleet_trend(hourly[:, -4:], 4, "hour")[0]
+    )  # the window is the hour: none before
 
 
 def test_a_trend_rule_shifts_falls_and_rises_apart_and_a_thin_turn_takes_the_pooled_shift() -> None:
@@ -204,6 +213,11 @@ def test_rule_names_and_bad_rules() -> None:
     assert ExpertRule("model", hours=0.0, recalibrate="shift", min_hours=2.0, trend=0.1).name == (
         "lstm_model_all_shift_min2h_trend0.1"
     )
+    assert ExpertRule("hedge", eta=5.0, recalibrate="scale", trend=0.25, trend_span="hour").name == (
+        "lstm_hedge5_1h_scale_hourtrend0.25"
+    )
+    with pytest.raises(ValueError, match="trend_span"):
+        ExpertRule("model", recalibrate="shift", trend=0.1, trend_span="day")
     with pytest.raises(ValueError, match="trend band needs a recalibration"):
         ExpertRule("model", trend=0.1)
     with pytest.raises(ValueError, match="negative"):
@@ -233,6 +247,7 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
         ExpertRule("leader", hours=0.0, recalibrate="scale"),
         ExpertRule("hedge", eta=5.0, hours=0.0, recalibrate="shift", min_hours=2.0),
         ExpertRule("model", hours=0.0, recalibrate="shift", trend=0.05),
+        ExpertRule("model", hours=0.0, recalibrate="scale", trend=0.05, trend_span="hour"),
     ]
     # Training bounded by its epochs, not the clock: a time budget stops a slow run (a loaded machine) an epoch
     # earlier than a fast one, and the two runs below must train the same models to compare their weights.
@@ -257,13 +272,15 @@ def test_a_rolling_origin_backtest_scores_each_rule_with_weights_fitted_before_t
             "lstm_leader_all_scale",
             "lstm_hedge5_all_shift_min2h",
             "lstm_model_all_shift_trend0.05",
+            "lstm_model_all_scale_hourtrend0.05",
         }
+        per_turn_rules = {"lstm_model_all_shift_trend0.05", "lstm_model_all_scale_hourtrend0.05"}
         for name, correction in fold["expert_corrections"].items():
             assert all(math.isfinite(c) for c in correction.values())
-            if name != "lstm_model_all_shift_trend0.05":
+            if name in per_turn_rules:
+                assert set(correction) == {f"p{q}_{turn}" for q in (50, 90) for turn in experts.TURNS}
+            else:
                 assert set(correction) == {"p50", "p90"}
-        per_turn = fold["expert_corrections"]["lstm_model_all_shift_trend0.05"]
-        assert set(per_turn) == {f"p{q}_{turn}" for q in (50, 90) for turn in experts.TURNS}
         assert fold["expert_weights"]["lstm_model_all_shift_trend0.05"]["p90"] == [1.0] + [0.0] * len(
             BASELINES
         )

@@ -347,7 +347,7 @@ def _fold(
     expert_weights: dict[str, dict[str, list[float]]] = {}
     expert_corrections: dict[str, dict[str, float]] = {}
     if expert_rules:
-        from slicewise.forecasting.experts import NONE, TURNS, combined_quantiles, fleet_trend, known_before
+        from slicewise.forecasting.experts import NONE, TREND_SPANS, TURNS, combined_quantiles, known_before
 
         steps = spec.horizon_steps()[0]
         hour = panel.hour_steps()
@@ -357,12 +357,12 @@ def _fold(
             live = live.plus(
                 known,
                 _expert_forecasts(panel, steps, known, predict(model, known.inputs)),
-                fleet_trend(known.inputs, hour),
+                _trends(known, hour),
             )
         scored = _expert_forecasts(
             panel, steps, windows, served[0] if served else np.empty((0, 1, len(spec.quantiles)))
         )
-        scored_trend = fleet_trend(windows.inputs, hour)
+        scored_trend = _trends(windows, hour)
         scale = metrics.naive_mae(panel.load[:, :cut], steps) if cut > steps else float("nan")
         for rule in expert_rules:
             span = 0 if rule.hours == 0 else max(1, round(rule.hours * hour))
@@ -375,8 +375,8 @@ def _fold(
                 spec.quantiles,
                 rule,
                 float(span_h),
-                live.trend[chosen],
-                scored_trend,
+                live.trend[chosen, TREND_SPANS.index(rule.trend_span)],
+                scored_trend[:, TREND_SPANS.index(rule.trend_span)],
             )
             by_q = {q: forecast[:, j] for j, q in enumerate(spec.quantiles)}
             models[rule.name] = _json_metrics(
@@ -443,7 +443,8 @@ def _experts() -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class _Live:
     """Windows forecast so far, for expert weighting: each one's last step, realised target, the experts'
-    forecasts (windows, quantiles, experts) and the fleet's trend at its end (:func:`experts.fleet_trend`)."""
+    forecasts (windows, quantiles, experts) and the fleet's trend at its end (windows, trend spans), per
+    :data:`experts.TREND_SPANS` (:func:`experts.fleet_trend`)."""
 
     step: np.ndarray
     actual: np.ndarray
@@ -452,7 +453,12 @@ class _Live:
 
     @staticmethod
     def empty(quantiles: int, experts: int) -> _Live:
-        return _Live(np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, quantiles, experts)), np.empty(0))
+        from slicewise.forecasting.experts import TREND_SPANS
+
+        spans = len(TREND_SPANS)
+        return _Live(
+            np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, quantiles, experts)), np.empty((0, spans))
+        )
 
     def plus(self, windows: Windows, forecasts: np.ndarray, trend: np.ndarray) -> _Live:
         return _Live(
@@ -461,6 +467,13 @@ class _Live:
             np.concatenate([self.forecasts, forecasts]),
             np.concatenate([self.trend, trend]),
         )
+
+
+def _trends(windows: Windows, hour_steps: int) -> np.ndarray:
+    """(windows, trend spans): each window's :func:`experts.fleet_trend` per :data:`experts.TREND_SPANS`."""
+    from slicewise.forecasting.experts import TREND_SPANS, fleet_trend
+
+    return np.stack([fleet_trend(windows.inputs, hour_steps, span) for span in TREND_SPANS], axis=1)
 
 
 def _expert_forecasts(panel: Panel, steps: int, windows: Windows, lstm: np.ndarray) -> np.ndarray:

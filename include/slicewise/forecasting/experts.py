@@ -30,7 +30,8 @@ where they span less than the rule's ``min_hours`` (one hour of windows is many 
 A rule with a ``trend`` band fits that correction per *turn* of the fleet's load (Mondrian conformal: each
 window is corrected by the known windows of its own kind): a window whose fleet load over its last quarter hour
 is ``trend`` or more below its mean over the last hour is a ``fall``, as far above it a ``rise``, else
-``neither`` (:func:`fleet_trend`, :func:`turns`). A forecaster that lags the load errs one way in falls and the
+``neither`` (:func:`fleet_trend`, :func:`turns`); with ``trend_span`` ``hour``, its last hour against the hour
+before. A forecaster that lags the load errs one way in falls and the
 other in rises, which one correction for all windows averages away. A turn with fewer than
 ``calibration.MIN_WINDOWS`` known windows takes the correction fitted on all of them.
 Pure numpy; :func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
@@ -55,6 +56,9 @@ LEADER = "leader"
 MODEL = "model"
 #: The turns of the fleet's load a ``trend`` rule corrects apart, in the order of :func:`turns`' values.
 TURNS = ("fall", "neither", "rise")
+#: What a window's trend compares (:func:`fleet_trend`): its last quarter hour with its last hour, or its last
+#: hour with the hour before.
+TREND_SPANS = ("quarter", "hour")
 #: Recalibration of the mix: none, an additive conformal shift, or a multiplicative factor.
 NONE = "none"
 SHIFT = "shift"
@@ -67,7 +71,7 @@ class ExpertRule:
     ``hours`` of known windows before the cut they are fitted on (0: every known window so far); ``recalibrate``
     (``none``, ``shift`` or ``scale``): how the mix is then corrected on those windows, and only once they span
     at least ``min_hours`` hours; ``trend`` > 0: that correction fitted per turn of the fleet's load (a band,
-    see the module's docstring; a recalibration needed)."""
+    see the module's docstring; a recalibration needed) over ``trend_span`` (one of :data:`TREND_SPANS`)."""
 
     kind: str
     eta: float = 0.0
@@ -75,6 +79,7 @@ class ExpertRule:
     recalibrate: str = NONE
     min_hours: float = 0.0
     trend: float = 0.0
+    trend_span: str = TREND_SPANS[0]
 
     def __post_init__(self) -> None:
         if self.kind not in (HEDGE, LEADER, MODEL):
@@ -88,6 +93,8 @@ class ExpertRule:
             raise ValueError(
                 f"recalibrate must be {NONE!r}, {SHIFT!r} or {SCALE!r}, got {self.recalibrate!r}"
             )
+        if self.trend_span not in TREND_SPANS:
+            raise ValueError(f"trend_span must be one of {', '.join(TREND_SPANS)}, got {self.trend_span!r}")
         if self.trend > 0 and self.recalibrate == NONE:
             raise ValueError("a trend band needs a recalibration (shift or scale) to fit per turn")
 
@@ -100,7 +107,11 @@ class ExpertRule:
         return (
             f"{base}_{self.recalibrate}"
             + (f"_min{self.min_hours:g}h" if self.min_hours > 0 else "")
-            + (f"_trend{self.trend:g}" if self.trend > 0 else "")
+            + (
+                f"_{self.trend_span if self.trend_span != TREND_SPANS[0] else ''}trend{self.trend:g}"
+                if self.trend > 0
+                else ""
+            )
         )
 
 
@@ -113,14 +124,22 @@ def known_before(step: np.ndarray, cut: int, horizon_steps: int, span_steps: int
     return mask & (step >= newest - span_steps) if span_steps > 0 else mask
 
 
-def fleet_trend(inputs: np.ndarray, hour_steps: int) -> np.ndarray:
+def fleet_trend(inputs: np.ndarray, hour_steps: int, span: str = TREND_SPANS[0]) -> np.ndarray:
     """(n,) per window of ``inputs`` (n, window_steps, features): the fleet's mean load over its last quarter
-    hour over that over its last hour (both ending at the window's last step; the hour capped at the window).
-    NaN where the hour's mean is not positive: an idle fleet has no turn."""
+    hour over that over its last hour (``quarter``; the hour capped at the window), or over its last hour over
+    that over the hour before it (``hour``; that hour capped at what the window holds before the last one).
+    NaN where the reference's mean is not positive (an idle fleet has no turn) or there is none."""
     fleet = inputs[:, :, FEATURES.index("fleet_load")].astype(np.float64)
-    hour = fleet[:, -max(1, min(hour_steps, fleet.shape[1])) :].mean(axis=1) if len(fleet) else np.empty(0)
-    recent = fleet[:, -max(1, hour_steps // 4) :].mean(axis=1) if len(fleet) else np.empty(0)
-    return np.divide(recent, hour, out=np.full(len(fleet), np.nan), where=hour > 0)
+    width = fleet.shape[1]
+    if span == TREND_SPANS[0]:
+        recent, reference = fleet[:, -max(1, hour_steps // 4) :], fleet[:, -max(1, min(hour_steps, width)) :]
+    else:
+        last = max(1, min(hour_steps, width))
+        recent, reference = fleet[:, -last:], fleet[:, max(0, width - 2 * last) : width - last]
+    if not len(fleet) or not reference.shape[1]:
+        return np.full(len(fleet), np.nan)
+    before = reference.mean(axis=1)
+    return np.divide(recent.mean(axis=1), before, out=np.full(len(fleet), np.nan), where=before > 0)
 
 
 def turns(trend: np.ndarray, band: float) -> np.ndarray:
