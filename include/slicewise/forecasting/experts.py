@@ -31,9 +31,11 @@ A rule with a ``trend`` band fits that correction per *turn* of the fleet's load
 window is corrected by the known windows of its own kind): a window whose fleet load over its last quarter hour
 is ``trend`` or more below its mean over the last hour is a ``fall``, as far above it a ``rise``, else
 ``neither`` (:func:`fleet_trend`, :func:`turns`); with ``trend_span`` ``hour``, its last hour against the hour
-before. A forecaster that lags the load errs one way in falls and the
-other in rises, which one correction for all windows averages away. A turn with fewer than
-``calibration.MIN_WINDOWS`` known windows takes the correction fitted on all of them.
+before. A forecaster that lags the load errs one way in falls and the other in rises, which one correction for
+all windows averages away. A turn with fewer than ``calibration.MIN_WINDOWS`` known windows takes the correction
+fitted on all of them (one with enough windows but too few usable, as :func:`corrections` counts them, gets
+none). Measured on GenAI's hourly folds, neither span gained (docs/benchmarks.md).
+
 Pure numpy; :func:`slicewise.forecasting.backtest.run_backtest` scores the result as ``lstm_<rule>`` rows, and
 ``benchmarks/forecast_accuracy.py --expert-weights`` prints them (figures in docs/benchmarks.md).
 """
@@ -297,7 +299,7 @@ def turn_corrections(
     actual: np.ndarray, mix: np.ndarray, turn: np.ndarray, levels: tuple[float, ...], mode: str
 ) -> np.ndarray:
     """(turns, quantiles): :func:`corrections` fitted on each turn's windows (``turn`` (m,), indices into
-    :data:`TURNS`), or on all of them for a turn with fewer than ``calibration.MIN_WINDOWS``."""
+    :data:`TURNS`), or on all of them for a turn with fewer than ``calibration.MIN_WINDOWS`` windows."""
     pooled = corrections(actual, mix, levels, mode)
     return np.stack(
         [
