@@ -5,8 +5,8 @@
 On the four first-fit samples of ``benchmarks/backtest.py`` with ``planner_consolidation=nodes``, ``packing``
 is replayed with more of its limits lifted on each row (in the planner and in the replay alike):
 
-1. as shipped (``planner_release_below`` 0.25);
-2. any node whose pods fit elsewhere may be emptied and released (``release_below`` 1);
+1. as shipped (``planner_release_below`` 0.5, ``planner_release_below_large`` 0.25 for nodes of 8 GPUs or more);
+2. any node whose pods fit elsewhere may be emptied and released (``release_below`` and ``release_below_large`` 1);
 3. ... and no hourly change budget (``max_change_share`` 1) and no dwell time;
 4. ... and evictions free: no eviction cost, no drain time, no hysteresis (``min_gain_gpu_hours`` 0).
 
@@ -36,11 +36,17 @@ from slicewise.whatif.run import replay
 from slicewise.whatif.trace import PodTrace, TraceNode, hostable_on, load_nodes, load_pods, spread_sample
 
 LIFTED: dict[str, dict[str, Any]] = {
-    "shipped (release_below 0.25)": {},
-    "any node that fits elsewhere (release_below 1)": {"release_below": 1.0},
-    "... no change budget, no dwell": {"release_below": 1.0, "max_change_share": 1.0, "dwell_hours": 0.0},
+    "shipped (release_below 0.5, 0.25 from 8 GPUs)": {},
+    "any node that fits elsewhere (release_below 1)": {"release_below": 1.0, "release_below_large": 1.0},
+    "... no change budget, no dwell": {
+        "release_below": 1.0,
+        "release_below_large": 1.0,
+        "max_change_share": 1.0,
+        "dwell_hours": 0.0,
+    },
     "... free evictions, no hysteresis": {
         "release_below": 1.0,
+        "release_below_large": 1.0,
         "max_change_share": 1.0,
         "dwell_hours": 0.0,
         "eviction_cost_s": 0.0,

@@ -56,6 +56,7 @@ class Settings:
     planner_fallback: str
     planner_consolidation: str
     planner_release_below: float
+    planner_release_below_large: float
     planner_release_min_pod_age_hours: float
     planner_shared_reserve: float
     planner_standby: bool

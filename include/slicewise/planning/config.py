@@ -16,6 +16,8 @@ from slicewise.settings import CONFIG_DIR, Settings
 POLICIES = ("packing", "thresholds")
 FALLBACKS = ("none", "baseline")
 CONSOLIDATION = ("off", "whole-gpus", "nodes")  # planning.consolidation
+#: Nodes of this many GPUs or more are emptied for release under ``release_below_large``, not ``release_below``.
+LARGE_NODE_GPUS = 8
 #: How many pending whole-GPU requests GPUs are kept whole for (planning.planner.whole_pending).
 WHOLE_GPU_DEMAND = ("median", "pending-now")
 REHOME = ("always", "waiting", "off")  # planning.rehome
@@ -40,8 +42,11 @@ class PlannerConfig:
     fallback: str = "none"  # "baseline": act on the trusted baseline when the model is not trusted
     consolidation: str = "whole-gpus"  # packing: move pods to make room for whole-GPU pods (and free nodes)
     eviction_cost_s: float = 300.0  # run time an evicted pod loses (restart, image, warm-up)
-    # consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied for the autoscaler
-    release_below: float = 0.25
+    # consolidation nodes: a node of fewer than LARGE_NODE_GPUS GPUs whose pods hold at most this share of them may
+    # be emptied for the autoscaler; a larger node, at most release_below_large (draining half of an 8-GPU node
+    # moved pods back and forth on the public traces; half of a smaller one did not: docs/backtest.md)
+    release_below: float = 0.5
+    release_below_large: float = 0.25
     # consolidation nodes: a node is emptied for release only when all its pods have run at least this long (an
     # evicted pod restarts, so this caps how often one pod is moved for a release)
     release_min_pod_age_hours: float = 6.0
@@ -104,6 +109,10 @@ class PlannerConfig:
             raise PlannerConfigError("planner_eviction_cost_s cannot be negative")
         if not 0 <= self.release_below <= 1:
             raise PlannerConfigError(f"planner_release_below must be in [0, 1], got {self.release_below}")
+        if not 0 <= self.release_below_large <= 1:
+            raise PlannerConfigError(
+                f"planner_release_below_large must be in [0, 1], got {self.release_below_large}"
+            )
         if not self.release_min_pod_age_hours >= 0:  # NaN too
             raise PlannerConfigError(
                 f"planner_release_min_pod_age_hours cannot be negative, got {self.release_min_pod_age_hours}"
@@ -141,6 +150,7 @@ class PlannerConfig:
             consolidation=settings.planner_consolidation,
             eviction_cost_s=settings.planner_eviction_cost_s,
             release_below=settings.planner_release_below,
+            release_below_large=settings.planner_release_below_large,
             release_min_pod_age_hours=settings.planner_release_min_pod_age_hours,
             shared_reserve=settings.planner_shared_reserve,
             standby=settings.planner_standby,

@@ -6,7 +6,8 @@ looks for **donors**: nodes their plans keep as they are (also when a change the
 rails), whose GPU pods may all be drained, and which, once
 empty, would host pending requests the per-node plans left waiting — whole-GPU ones, or pinned ones (a GPU
 model, a node label) — or, with
-``planner_consolidation=nodes``, hold so little (at most ``planner_release_below`` of their GPUs) that emptying them
+``planner_consolidation=nodes``, hold so little (at most ``planner_release_below`` of their GPUs, or
+``planner_release_below_large`` on a node of ``LARGE_NODE_GPUS`` or more) that emptying them
 lets a cluster autoscaler remove them (not nodes shared by MPS, nor nodes with a pod that started less than
 ``planner_release_min_pod_age_hours`` ago; and their pods move only to nodes that stay in use, not to one that
 could be released in turn). A donor is consolidated only when every one of its pods fits
@@ -42,7 +43,7 @@ from datetime import datetime, timedelta
 from slicewise.catalog import Catalog
 from slicewise.catalog.resources import GPU_RESOURCE
 from slicewise.planning import packing
-from slicewise.planning.config import PlannerConfig
+from slicewise.planning.config import LARGE_NODE_GPUS, PlannerConfig
 from slicewise.planning.demand import EPS, Pool, Request
 from slicewise.planning.node import NodeContext, describe_pod
 from slicewise.planning.packing import Candidate, Slot
@@ -139,9 +140,15 @@ def consolidate(
     return out
 
 
+def _release_share(config: PlannerConfig, gpus: int) -> float:
+    """The share of its ``gpus`` a node's pods may hold at most for ``planner_consolidation=nodes`` to empty it."""
+    return config.release_below_large if gpus >= LARGE_NODE_GPUS else config.release_below
+
+
 def _release_candidate(item: Planned, config: PlannerConfig, now: datetime) -> bool:
     """A node ``planner_consolidation=nodes`` may drain to release: kept by its plan, with pods that may all be
-    drained and hold at most ``planner_release_below`` of its GPUs, and not shared by MPS (its fractional pods would
+    drained and hold at most ``planner_release_below`` of its GPUs (``planner_release_below_large`` on a node of
+    ``LARGE_NODE_GPUS`` or more), and not shared by MPS (its fractional pods would
     go to a free MPS tenant, which the shared reserve keeps on empty nodes: on the public traces some were evicted
     every hour from one such node to the next)."""
     ctx = item.ctx
@@ -150,7 +157,7 @@ def _release_candidate(item: Planned, config: PlannerConfig, now: datetime) -> b
         and item.plan.action != CHANGE
         and bool(ctx.obs.pods)
         and all(pod.may_drain for pod in ctx.obs.pods)
-        and _held(ctx) <= config.release_below * ctx.gpus
+        and _held(ctx) <= _release_share(config, ctx.gpus) * ctx.gpus
         and all(
             pod.started_at is None
             or now - pod.started_at >= timedelta(hours=config.release_min_pod_age_hours)

@@ -83,9 +83,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--release-below",
         type=float,
-        default=0.25,
-        help="with consolidation nodes: a node whose pods hold at most this share of its GPUs may be emptied and "
-        "released (planner_release_below; default 0.25, as production)",
+        default=PlannerConfig().release_below,
+        help="with consolidation nodes: a node of fewer than 8 GPUs whose pods hold at most this share of them may "
+        "be emptied and released (planner_release_below; default 0.5, as production)",
+    )
+    parser.add_argument(
+        "--release-below-large",
+        type=float,
+        default=PlannerConfig().release_below_large,
+        help="the same for a node of 8 GPUs or more (planner_release_below_large; default 0.25, as production)",
     )
     parser.add_argument(
         "--release-min-pod-age-h",
@@ -421,6 +427,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--shared-node-group-max-gpus must be >= 1")
     if not 0 <= args.release_below <= 1:
         raise ValueError("--release-below must be in [0, 1]")
+    if not 0 <= args.release_below_large <= 1:
+        raise ValueError("--release-below-large must be in [0, 1]")
     if not args.release_min_pod_age_h >= 0:
         raise ValueError("--release-min-pod-age-h must be >= 0")
     if not 0 <= args.mps_release_below <= 1:
@@ -466,6 +474,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             eviction_cost_s=args.eviction_cost_s,  # the planner weighs what the replay charges
             cordon_to_drain=args.cordon_to_drain,
             release_below=args.release_below,
+            release_below_large=args.release_below_large,
             release_min_pod_age_hours=args.release_min_pod_age_h,
             shared_reserve=args.shared_reserve,
             standby=args.standby,

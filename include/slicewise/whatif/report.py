@@ -70,6 +70,7 @@ def as_json(backtest: Backtest) -> dict[str, Any]:
                 "split_layouts": config.planner.split_layouts,
                 "consolidation": config.planner.consolidation,
                 "release_below": config.planner.release_below,
+                "release_below_large": config.planner.release_below_large,
                 "shared_reserve": config.planner.shared_reserve,
                 "standby": config.planner.standby,
                 "keep_shaped": config.planner.keep_shaped,

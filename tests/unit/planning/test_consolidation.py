@@ -97,7 +97,9 @@ def _release_plan(
 ) -> FleetPlan:
     """Mode nodes, nothing waiting: 4-GPU H100 nodes h1 and h2 run one plain one-GPU pod each (what it holds is its
     node's forecast load: ``loads`` per GPU), h3 none; h1 shares its GPUs by ``plugin``, and its pod started at
-    ``started_at``; ``min_age_hours``: ``planner_release_min_pod_age_hours``, None as shipped."""
+    ``started_at``; ``min_age_hours``: ``planner_release_min_pod_age_hours``, None as shipped. Nodes are released
+    at a quarter of their GPUs held (``planner_release_below`` 0.25, not the default half), so that h2 at a half
+    stays in use."""
     nodes = [
         node(
             n, model="H100-80GB", mig_config="all-disabled", gpus=4, plugin=plugin if n == "h1" else "default"
@@ -113,6 +115,7 @@ def _release_plan(
         PlannerConfig(
             max_change_share=1.0,
             consolidation="nodes",
+            release_below=0.25,
             **({} if min_age_hours is None else {"release_min_pod_age_hours": min_age_hours}),
         ),
         NOW,
@@ -168,27 +171,34 @@ def test_a_node_shared_by_mps_is_not_emptied_to_be_released(catalog: Catalog) ->
     assert [p.action for p in plan.nodes] == [KEEP, KEEP, KEEP]
 
 
-def test_planner_release_below_sets_how_empty_a_node_must_be_to_be_released(catalog: Catalog) -> None:
-    # Mode nodes, nothing waiting: h1 and h2 each run two plain one-GPU pods whose P90 load adds up to 2 of
-    # h1's 4 GPUs and 3 of h2's (what a pod without a declared share holds is its forecast load), h3 nothing. At
-    # the default (a quarter) no node is emptied; at a half, h1's pods move into h2's two free GPUs and h1 is
-    # released.
-    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=4) for n in ("h1", "h2", "h3")]
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_planner_release_below_sets_how_empty_a_node_must_be_to_be_released(
+    catalog: Catalog, gpus: int
+) -> None:
+    # Mode nodes, nothing waiting: h1 and h2 each run plain one-GPU pods whose P90 load adds up to half of h1's
+    # GPUs and three quarters of h2's (what a pod without a declared share holds is its forecast load), h3
+    # nothing. At a quarter no node is emptied; at a half, h1's pods move into h2's free GPUs and h1 is released.
+    # Which of the two settings holds depends on the node's size: planner_release_below below 8 GPUs,
+    # planner_release_below_large from 8 on (the defaults: a half and a quarter).
+    nodes = [node(n, model="H100-80GB", mig_config="all-disabled", gpus=gpus) for n in ("h1", "h2", "h3")]
     pods = {n: [pod(f"svc-{n}-{i}", n, GPU) for i in (1, 2)] for n in ("h1", "h2")}
-    loads = [s for n, load in (("h1", 0.5), ("h2", 0.75), ("h3", 0.0)) for s in whole_gpu_load(n, 4, load)]
+    loads = [s for n, load in (("h1", 0.5), ("h2", 0.75), ("h3", 0.0)) for s in whole_gpu_load(n, gpus, load)]
 
-    def actions(release_below: float) -> list[str]:
+    def actions(**release: float) -> list[str]:
         plan = plan_fleet(
             [observe(nodes[0], *pods["h1"]), observe(nodes[1], *pods["h2"]), observe(nodes[2])],
             Forecasts(tuple(loads), (), "p90_last_hour", True),
             catalog,
-            PlannerConfig(max_change_share=1.0, consolidation="nodes", release_below=release_below),
+            PlannerConfig(max_change_share=1.0, consolidation="nodes", **release),
             NOW,
         )
         return [p.action for p in plan.nodes]
 
-    assert actions(0.25) == [KEEP, KEEP, KEEP]
-    assert actions(0.5) == [CHANGE, KEEP, KEEP]
+    emptied, kept = [CHANGE, KEEP, KEEP], [KEEP, KEEP, KEEP]
+    assert actions() == (emptied if gpus < 8 else kept)
+    assert actions(release_below=0.25, release_below_large=0.25) == kept
+    assert actions(release_below=0.5, release_below_large=0.25) == (emptied if gpus < 8 else kept)
+    assert actions(release_below=0.25, release_below_large=0.5) == (kept if gpus < 8 else emptied)
 
 
 def test_a_pinned_request_no_whole_gpu_can_host_empties_no_node(catalog: Catalog) -> None:

@@ -32,7 +32,8 @@ def _plan(catalog: Catalog, observations: list[NodeObservation]) -> FleetPlan:
         observations,
         Forecasts(tuple(loads), (), "p90_last_hour", True),
         catalog,
-        PlannerConfig(max_change_share=1.0, consolidation="nodes"),
+        # Released at a quarter of a node's GPUs held (not the default half): a2, at 0.4, stays in use to receive.
+        PlannerConfig(max_change_share=1.0, consolidation="nodes", release_below=0.25),
         NOW,
     )
 

@@ -120,6 +120,8 @@ def test_bad_planner_settings_are_refused() -> None:
         PlannerConfig(low_util=0.9, high_util=0.5)
     with pytest.raises(PlannerConfigError, match="planner_release_below"):
         PlannerConfig(release_below=1.5)
+    with pytest.raises(PlannerConfigError, match="planner_release_below_large"):
+        PlannerConfig(release_below_large=-0.1)
     for age in (-1.0, float("nan")):
         with pytest.raises(PlannerConfigError, match="planner_release_min_pod_age_hours cannot be negative"):
             PlannerConfig(release_min_pod_age_hours=age)

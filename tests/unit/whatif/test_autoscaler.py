@@ -90,9 +90,14 @@ def test_a_node_a_consolidation_emptied_stays_in_service_for_the_unneeded_time()
 
     nodes = [TraceNode("n1", 2, "T4"), TraceNode("n2", 4, "T4")]
     pods = (pod("a", 0, 20_000), pod("b", 1, 100), pod("c", 2, 20_000), pod("d", 4000, 1000))
-    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours).
+    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours);
+    # a node is released at a quarter of its GPUs held (not the default half), so that n1, half held, stays in use.
     planner = PlannerConfig(
-        fallback="baseline", eviction_cost_s=0.0, consolidation="nodes", release_min_pod_age_hours=0.0
+        fallback="baseline",
+        eviction_cost_s=0.0,
+        consolidation="nodes",
+        release_min_pod_age_hours=0.0,
+        release_below=0.25,
     )
     config = dataclasses.replace(
         AUTOSCALED, drain_s=60.0, planner=planner, scale_down_utilization_threshold=0.0

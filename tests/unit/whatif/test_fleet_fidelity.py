@@ -358,9 +358,14 @@ def test_a_node_emptied_for_the_autoscaler_stays_empty_until_a_pod_fits_nowhere_
         pod("c", 2, 20_000, 1.0),
         pod("d", 4000, 1000, 1.0),
     ]
-    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours).
+    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours);
+    # a node is released at a quarter of its GPUs held (not the default half), so that n1, half held, stays in use.
     planner = PlannerConfig(
-        fallback="baseline", eviction_cost_s=0.0, consolidation="nodes", release_min_pod_age_hours=0.0
+        fallback="baseline",
+        eviction_cost_s=0.0,
+        consolidation="nodes",
+        release_min_pod_age_hours=0.0,
+        release_below=0.25,
     )
     config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
     result = replay("packing", pods, nodes, end=30_000, config=config)
@@ -426,9 +431,14 @@ def test_the_autoscaler_adds_every_released_node_the_waiting_pods_need_at_once()
         pod("e", 6, 20_000, 1.0),
         *(pod(f"d{i}", 9000, 1000, 1.0) for i in range(5)),
     ]
-    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours).
+    # The pods here are an hour old when their node is released: no minimum age (planner_release_min_pod_age_hours);
+    # a node is released at a quarter of its GPUs held (not the default half), so that n1, half held, stays in use.
     planner = PlannerConfig(
-        fallback="baseline", eviction_cost_s=0.0, consolidation="nodes", release_min_pod_age_hours=0.0
+        fallback="baseline",
+        eviction_cost_s=0.0,
+        consolidation="nodes",
+        release_min_pod_age_hours=0.0,
+        release_below=0.25,
     )
     config = BacktestConfig(eviction_cost_s=0.0, drain_s=60.0, scale_up_s=200.0, planner=planner)
     result = replay("packing", pods, nodes, end=30_000, config=config)

@@ -241,7 +241,8 @@ def test_several_consolidation_modes_give_one_row_per_planner_policy_and_mode(
     out = json.loads(capsys.readouterr().out)
     assert list(out["policies"]) == ["static", "packing/off", "packing/nodes", "thresholds"]
     assert out["model"]["planner"]["consolidation"] == "whole-gpus"  # thresholds keeps production's
-    assert out["model"]["planner"]["release_below"] == 0.25
+    assert out["model"]["planner"]["release_below"] == 0.5
+    assert out["model"]["planner"]["release_below_large"] == 0.25
     assert out["model"]["planner"]["shared_reserve"] == 2.0 and out["model"]["prefer_shared"] is True
     assert main([*args, "--policies", "static", "--shared-reserve", "0", "--no-prefer-shared", "--json"]) == 0
     model = json.loads(capsys.readouterr().out)["model"]
