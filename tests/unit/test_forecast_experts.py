@@ -128,9 +128,8 @@ def test_the_fleet_trend_is_its_last_quarter_hour_over_its_last_hour_and_buckets
     hourly[1, :, fleet] = [0, 0, 1, 1, 1, 1]  # nothing before the hour: no trend
     assert experts.fleet_trend(hourly, 4, "hour")[0] == pytest.approx(1.5 / 9)
     assert math.isnan(experts.fleet_trend(hourly, 4, "hour")[1])
-    assert math.isnan(
-        experts.fleet_trend(hourly[:, -4:], 4, "hour")[0]
-    )  # the window is the hour: none before
+    # A window that is the hour itself has none before it.
+    assert math.isnan(experts.fleet_trend(hourly[:, -4:], 4, "hour")[0])
 
 
 def test_a_trend_rule_shifts_falls_and_rises_apart_and_a_thin_turn_takes_the_pooled_shift() -> None:
