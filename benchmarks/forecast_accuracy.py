@@ -229,14 +229,16 @@ LOAD_TURN = 0.25
 
 
 def load_turn(row: dict[str, Any]) -> str:
-    """``fall``, ``rise`` or ``neither``: the fleet's mean load in the fold against the hour before its cut
-    (``neither`` too where either is unknown or the hour before had no load)."""
+    """``fall``, ``rise`` or ``neither`` (:func:`slicewise.forecasting.experts.turns`, band ``LOAD_TURN``): the
+    fleet's mean load in the fold against the hour before its cut (``neither`` too where either is unknown or the
+    hour before had no load)."""
+    import numpy as np
+
+    from slicewise.forecasting.experts import TURNS, turns
+
     load, before = row["load"], row["load_before"]
-    if load is None or not before:
-        return "neither"
-    if load <= (1 - LOAD_TURN) * before:
-        return "fall"
-    return "rise" if load >= (1 + LOAD_TURN) * before else "neither"
+    ratio = load / before if load is not None and before else float("nan")
+    return TURNS[int(turns(np.array([ratio]), LOAD_TURN)[0])]
 
 
 def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -244,9 +246,11 @@ def load_turn_lines(rows: list[dict[str, Any]]) -> list[str]:
     ratio median / worst and median under-provisioning."""
     import numpy as np
 
+    from slicewise.forecasting.experts import TURNS
+
     first, lines = rows[0], []
     for name in first["variants"]:
-        for turn in ("fall", "neither", "rise"):
+        for turn in TURNS:
             mine = [
                 r["variants"][name]
                 for r in rows
